@@ -1,0 +1,53 @@
+"""Table 1 of the paper: every method on one benchmark, mean ± std over seeds.
+
+    python benchmarks/table1.py                       # digits, every method, CPU preset
+    python benchmarks/table1.py --methods sequential,independent --seeds 0 1 2
+    python benchmarks/table1.py --benchmark cifar10 --data-root ~/data --device cuda
+
+Records go to ``--out`` (one JSON per method and seed, reused on reruns); the table is
+printed and written to ``<report-dir>/table1_<benchmark>.{md,csv}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from pall_avalanche.cli import add_run_arguments, config_from_args, main_guard, parse_methods
+from pall_avalanche.report import table1_frame, write_table
+from pall_avalanche.runner import run_experiments
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser, default_out="results/table1")
+    args = parser.parse_args(argv)
+    methods = parse_methods(args.methods)
+    config, seeds, requests = config_from_args(args, CONFIG_DIR)
+    records = run_experiments(methods, seeds, config, args.out, requests=requests,
+                              device=args.device, show_progress=not args.quiet)
+    frame = table1_frame(records, methods)
+    command = "python benchmarks/table1.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    device = records[0]["device"]
+    preamble = (
+        f"# Table 1 — {config['benchmark']} (T={config['n_tasks']}, N_u="
+        f"{config['n_unlearn']}, model {config['model']}, {config['epochs']} epochs/task)\n\n"
+        f"Command: `{command.strip()}`  \nSeeds: {seeds}  \n"
+        f"Hardware: {device['type']} ({device['name']})  \n"
+        f"Records: `{args.out}`\n\n"
+    )
+    markdown = write_table(frame, args.report_dir / f"table1_{config['benchmark']}", preamble)
+    print(markdown)
+
+
+def cli(argv=None) -> None:
+    main_guard(main, argv, prog=Path(__file__).name)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,95 @@
+"""The paper's metrics as pure functions of (accuracy matrix, request sequence).
+
+``accuracy[i, t]`` is the test accuracy (percent) on task ``t`` after request ``i`` (0-based
+rows; the paper's a_{i+1,t}). With T learning and N_u unlearning requests (protocol §7):
+
+- A_l   = mean over t ∈ Ω_r of a_{r,t}                       (None if Ω_r is empty)
+- A_u   = mean over unlearned tasks of a_{r,t}               (None if N_u = 0)
+- F_l   = 1/(T-1) Σ_{learning i ≥ 2} mean_{t∈Ω_{i-1}} (a_{i-1,t} - a_{i,t})   (None if T < 2)
+- F_u   = 1/N_u   Σ_{unlearning i}   mean_{t∈Ω_i}     (a_{i-1,t} - a_{i,t})   (None if N_u = 0)
+- F_u^max = max over unlearning i and t ∈ Ω_i of (a_{i-1,t} - a_{i,t})         (None if N_u = 0)
+
+A request whose set (Ω_{i-1} for learning, Ω_i for unlearning) is empty contributes 0 and the
+denominators stay T-1 and N_u; F_u^max is 0 when N_u > 0 but every such set is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from pall_avalanche.requests import RequestSequence
+
+__all__ = ["METRIC_NAMES", "compute_metrics", "model_size_mb", "summarize_metrics"]
+
+METRIC_NAMES = ("A_l", "A_u", "F_l", "F_u", "F_u_max")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values))
+
+
+def compute_metrics(accuracy: np.ndarray | Sequence[Sequence[float]],
+                    requests: RequestSequence) -> dict[str, float | None]:
+    """A_l, A_u, F_l, F_u and F_u_max (percent; ``None`` where undefined) of one run."""
+    acc = np.asarray(accuracy, dtype=np.float64)
+    if acc.shape != (len(requests), requests.n_tasks):
+        raise ValueError(
+            f"accuracy matrix has shape {acc.shape}; expected (number of requests, number of "
+            f"tasks) = ({len(requests)}, {requests.n_tasks})"
+        )
+    active = requests.active_sets()
+    final = sorted(active[-1])
+    unlearned = requests.unlearned_tasks
+    n_learn = len(requests.learned_tasks)
+
+    learn_terms, unlearn_terms, unlearn_drops = [], [], []
+    for i in range(1, len(requests)):
+        drop = acc[i - 1] - acc[i]
+        if requests[i].is_learn:
+            tasks = sorted(active[i - 1])
+            learn_terms.append(_mean([drop[t] for t in tasks]) if tasks else 0.0)
+        else:
+            tasks = sorted(active[i])
+            unlearn_terms.append(_mean([drop[t] for t in tasks]) if tasks else 0.0)
+            unlearn_drops.extend(float(drop[t]) for t in tasks)
+
+    n_unlearn = len(unlearned)
+    return {
+        "A_l": _mean([acc[-1, t] for t in final]) if final else None,
+        "A_u": _mean([acc[-1, t] for t in unlearned]) if n_unlearn else None,
+        "F_l": sum(learn_terms) / (n_learn - 1) if n_learn >= 2 else None,
+        "F_u": sum(unlearn_terms) / n_unlearn if n_unlearn else None,
+        "F_u_max": (max(unlearn_drops) if unlearn_drops else 0.0) if n_unlearn else None,
+    }
+
+
+def summarize_metrics(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Across seeds: ``<name>_mean`` and ``<name>_std`` (sample std, ddof=1) of every metric,
+    plus the worst cases ``A_l_min`` and ``F_u_max_max`` (Table A7). Undefined values are
+    skipped; a statistic with no defined value is ``None``."""
+    runs = list(runs)
+    out: dict[str, float | None] = {"n_runs": len(runs)}
+    for name in METRIC_NAMES:
+        values = [float(r[name]) for r in runs if r.get(name) is not None]
+        out[f"{name}_mean"] = _mean(values) if values else None
+        out[f"{name}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else None
+        if name == "A_l":
+            out["A_l_min"] = min(values) if values else None
+        if name == "F_u_max":
+            out["F_u_max_max"] = max(values) if values else None
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+
+def model_size_mb(n_float_params: int, n_mask_bits: int = 0) -> float:
+    """Inference model size in MB (2^20 bytes), protocol §8: 4 bytes per float parameter plus
+    1 bit per maskable entry per stored mask. ResNet-18 (11,164,352 floats) with 5 masks over
+    all its entries gives 49.24 MB; alone 42.59 MB."""
+    if n_float_params < 0 or n_mask_bits < 0:
+        raise ValueError(
+            f"parameter and mask-bit counts must be non-negative, got {n_float_params} and "
+            f"{n_mask_bits}"
+        )
+    return (4 * n_float_params + n_mask_bits / 8) / 2**20

@@ -1,0 +1,49 @@
+"""Result records: one JSON file per (method, configuration, seed), written atomically.
+
+A record holds at least ``method``, ``seed``, ``benchmark``, ``requests``, ``accuracy`` (the
+r × T matrix, percent), ``metrics``, ``timings``, ``model_size_mb``, ``config`` and
+``versions`` (README, "Result records"). A crash never leaves a half-written record: the
+file is written to a temporary name in the same folder and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["read_record", "write_json_atomic", "write_text_atomic"]
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one,
+    never a partial file (temporary file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (NaN and infinity are refused)."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def read_record(path: str | Path) -> dict | None:
+    """The record at ``path``, or ``None`` if it is missing or not a complete record."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    required = ("method", "seed", "requests", "accuracy", "metrics")
+    return data if isinstance(data, dict) and all(k in data for k in required) else None

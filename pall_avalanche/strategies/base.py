@@ -1,0 +1,155 @@
+"""The unlearning template every method builds on.
+
+:class:`UnlearningTemplate` is an Avalanche ``SupervisedTemplate`` that also accepts
+:class:`~pall_avalanche.streams.UnlearnExperience` requests: ``train(exp)`` routes them to
+``unlearn(task)``, which fires the plugin events ``before_unlearning`` and
+``after_unlearning`` around the method's own ``_unlearn`` step, so metrics, loggers and
+method plugins react to unlearning like to any other event.
+
+Conventions shared by all methods (protocol §6):
+
+- ``active_tasks`` is Ω in learning order: a task joins after its training experience
+  (before the ``after_training_exp`` plugins run) and leaves before ``_unlearn`` runs.
+- Every learning request starts from a fresh optimizer of the class and hyper-parameters of
+  the one given to the constructor (no momentum or Adam state is carried over); retraining
+  loops get theirs from :meth:`UnlearningTemplate.fresh_optimizer`.
+- ``lr_schedule="cosine"`` anneals the learning rate per epoch within each request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
+from avalanche.core import SupervisedPlugin
+from avalanche.training.templates import SupervisedTemplate
+from avalanche.training.utils import trigger_plugins
+from torch import nn
+from torch.optim import Optimizer
+
+from pall_avalanche.models import count_parameters
+from pall_avalanche.streams import UnlearnExperience
+
+__all__ = ["LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
+
+LR_SCHEDULES = ("constant", "cosine")
+
+
+class UnlearningPlugin(SupervisedPlugin):
+    """A supervised plugin that can also react to unlearning requests."""
+
+    def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
+        """Called before ``task`` leaves ``strategy.active_tasks``."""
+
+    def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
+        """Called after the strategy unlearned ``task``."""
+
+
+class _CosineEpochSchedule(UnlearningPlugin):
+    """Cosine annealing of every parameter group's learning rate over the request's epochs."""
+
+    def before_training_exp(self, strategy, **kwargs) -> None:
+        self.base_lrs = [group["lr"] for group in strategy.optimizer.param_groups]
+
+    def before_training_epoch(self, strategy, **kwargs) -> None:
+        factor = 0.5 * (1 + math.cos(math.pi * strategy.clock.train_exp_epochs
+                                     / strategy.train_epochs))
+        for group, base in zip(strategy.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * factor
+
+
+class UnlearningTemplate(SupervisedTemplate):
+    """Avalanche supervised template with task unlearning.
+
+    Takes every keyword argument of ``SupervisedTemplate`` (keyword-only), plus:
+
+    :param lr_schedule: ``"constant"`` (default) or ``"cosine"`` (per-epoch annealing within
+        each learning request, protocol §5.2 for TinyImageNet).
+    """
+
+    PLUGIN_CLASS = UnlearningPlugin
+
+    def __init__(self, *, model: nn.Module, optimizer: Optimizer,
+                 criterion: nn.Module | None = None, lr_schedule: str = "constant",
+                 **kwargs) -> None:
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule={lr_schedule!r} is invalid; valid: {LR_SCHEDULES}")
+        plugins = list(kwargs.pop("plugins", None) or [])
+        if lr_schedule == "cosine":
+            plugins.insert(0, _CosineEpochSchedule())
+        super().__init__(model=model, optimizer=optimizer,
+                         criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
+                         plugins=plugins, **kwargs)
+        self._optimizer_class = type(optimizer)
+        self._optimizer_defaults = dict(optimizer.defaults)
+        self.active_tasks: list[int] = []
+        self.lr_schedule = lr_schedule
+
+    # ------------------------------------------------------------------ requests
+    def train(self, experiences: CLExperience | Iterable[CLExperience],
+              eval_streams=None, **kwargs):
+        """Process learning experiences and unlearning requests in order."""
+        batch = [experiences] if isinstance(experiences, CLExperience) else list(experiences)
+        for exp in batch:
+            if isinstance(exp, UnlearnExperience):
+                self.unlearn(exp.task_label)
+                continue
+            task = getattr(exp, "task_label", None)
+            if task is None:
+                raise ValueError(
+                    f"experience {exp!r} has no single task label; task-incremental strategies "
+                    "need one task per learning experience"
+                )
+            if task in self.active_tasks:
+                raise ValueError(
+                    f"task {task} is already learned (active tasks {self.active_tasks}); "
+                    "unlearn it before learning it again"
+                )
+            super().train(exp, eval_streams, **kwargs)
+        return self.evaluator.get_last_metrics()
+
+    def unlearn(self, task: int) -> None:
+        """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
+        plugins' ``after_unlearning``."""
+        if task not in self.active_tasks:
+            raise ValueError(
+                f"cannot unlearn task {task}: it is not learned (active tasks "
+                f"{self.active_tasks})"
+            )
+        self.model.to(self.device)
+        trigger_plugins(self, "before_unlearning", task=task)
+        self.active_tasks.remove(task)
+        self._unlearn(task)
+        trigger_plugins(self, "after_unlearning", task=task)
+
+    def _unlearn(self, task: int) -> None:
+        """The method's unlearning step, with ``task`` already out of ``active_tasks``.
+        The default changes nothing (Sequential); methods override it or act in plugins."""
+
+    def _after_training_exp(self, **kwargs) -> None:
+        self.active_tasks.append(self.experience.task_label)
+        super()._after_training_exp(**kwargs)
+
+    # ---------------------------------------------------------------- optimizers
+    def optimizer_param_groups(self) -> list[dict]:
+        """The parameter groups a learning request optimises (default: every trainable one)."""
+        return [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+
+    def fresh_optimizer(self, param_groups: list[dict]) -> Optimizer:
+        """A new optimizer of the constructor's class and hyper-parameters, with no state."""
+        return self._optimizer_class(param_groups, **self._optimizer_defaults)
+
+    def make_optimizer(self, **kwargs) -> None:
+        self.optimizer = self.fresh_optimizer(self.optimizer_param_groups())
+
+    # --------------------------------------------------------------- model size
+    def inference_size(self) -> tuple[int, int]:
+        """(float parameters, mask bits) needed for inference on the active tasks."""
+        return count_parameters(self.model), 0
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (for wall-clock timing)."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize(self.device)

@@ -1,0 +1,94 @@
+"""Independent (= CLPU in this setting): a fresh model per task, deleted on unlearning."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from avalanche.models import MultiTaskModule
+from torch import nn
+
+from pall_avalanche.models import count_parameters
+from pall_avalanche.models.init import reinitialize_
+from pall_avalanche.strategies.base import UnlearningTemplate
+
+__all__ = ["Independent", "IndependentModels"]
+
+
+class IndependentModels(MultiTaskModule):
+    """One model per learned task, routed by task label.
+
+    A task without a model (never learned or unlearned) is answered by ``untrained``, a fresh
+    draw of the architecture that is never trained: chance-level predictions. It is the same
+    for every such task and is not part of the inference size.
+
+    :param template: the architecture (a task-aware module taking ``(x, task_labels)``).
+    """
+
+    def __init__(self, template: nn.Module) -> None:
+        super().__init__()
+        self.untrained = reinitialize_(copy.deepcopy(template))
+        self.untrained.requires_grad_(False)
+        self.task_models = nn.ModuleDict()
+
+    def add_task(self, task: int) -> nn.Module:
+        """Create the fresh model of ``task`` (a new draw of the initial distribution)."""
+        model = reinitialize_(copy.deepcopy(self.untrained)).requires_grad_(True)
+        self.task_models[str(task)] = model
+        return model
+
+    def remove_task(self, task: int) -> None:
+        del self.task_models[str(task)]
+
+    def model_for(self, task: int) -> nn.Module:
+        """The model of ``task``, or the untrained one if the task has none."""
+        key = str(task)
+        if key in self.task_models:
+            return self.task_models[key]
+        return self.untrained
+
+    def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
+        if isinstance(task_labels, int):
+            return self.model_for(task_labels)(x, task_labels)
+        tasks = task_labels.unique().tolist()
+        if len(tasks) == 1:
+            return self.model_for(tasks[0])(x, task_labels)
+        out = None
+        for task in tasks:
+            rows = task_labels == task
+            logits = self.model_for(task)(x[rows], task)
+            if out is None:
+                out = logits.new_empty(len(x), logits.shape[1])
+            out[rows] = logits
+        return out
+
+    def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
+        return self.forward(x, task_label)
+
+
+class Independent(UnlearningTemplate):
+    """Trains a fresh copy of ``model`` (re-initialised) for every task and deletes it on
+    unlearning: exact unlearning, no forgetting, inference size d × |Ω|.
+
+    :param model: the architecture; it is wrapped in :class:`IndependentModels`.
+    """
+
+    def __init__(self, *, model: nn.Module, **kwargs) -> None:
+        super().__init__(model=IndependentModels(model), **kwargs)
+
+    def model_adaptation(self, model=None):
+        model = super().model_adaptation(model)
+        task = self.experience.task_label
+        if self.is_training and str(task) not in self.model.task_models:
+            self.model.add_task(task).to(self.device)
+        return model
+
+    def optimizer_param_groups(self) -> list[dict]:
+        task_model = self.model.model_for(self.experience.task_label)
+        return [{"params": list(task_model.parameters())}]
+
+    def _unlearn(self, task: int) -> None:
+        self.model.remove_task(task)
+
+    def inference_size(self) -> tuple[int, int]:
+        return count_parameters(self.model.task_models), 0

@@ -1,0 +1,85 @@
+"""Method registry: a name maps to a strategy class, whether its unlearning is exact, and
+which configuration keys it takes, so ``--methods pall,ewc`` is a lookup.
+
+Adding a method is one module with its strategy plus one :func:`register_method` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from avalanche.core import BasePlugin
+from avalanche.training.plugins import EvaluationPlugin
+from torch import nn
+
+from pall_avalanche.strategies.base import UnlearningTemplate
+
+__all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method.
+
+    :param name: the command-line name.
+    :param strategy: the strategy class.
+    :param exact: whether unlearning is exact (Table 1 reports A_u as "Exact").
+    :param params: configuration keys passed to the strategy as keyword arguments.
+    :param label: the name printed in tables.
+    """
+
+    name: str
+    strategy: type[UnlearningTemplate]
+    exact: bool
+    params: tuple[str, ...] = ()
+    label: str = ""
+
+
+METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, strategy: type[UnlearningTemplate], *, exact: bool,
+                    params: Sequence[str] = (), label: str | None = None) -> MethodSpec:
+    spec = MethodSpec(name, strategy, exact, tuple(params), label or name)
+    METHODS[name] = spec
+    return spec
+
+
+def make_optimizer(config: Mapping, params) -> torch.optim.Optimizer:
+    """The optimizer named by ``config["optimizer"]`` (``sgd``: lr, momentum, weight_decay;
+    ``adam``: lr, weight_decay)."""
+    name = config["optimizer"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"],
+                               weight_decay=config["weight_decay"])
+    if name == "adam":
+        return torch.optim.Adam(params, lr=config["lr"], weight_decay=config["weight_decay"])
+    raise ValueError(f"unknown optimizer {name!r}; valid optimizers are {list(OPTIMIZERS)}")
+
+
+def build_strategy(name: str, *, model: nn.Module, config: Mapping,
+                   plugins: Sequence[BasePlugin] = (), device: str | torch.device = "cpu",
+                   ) -> UnlearningTemplate:
+    """Build method ``name`` from a resolved configuration (see ``benchmarks/configs``)."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; valid methods are {sorted(METHODS)}")
+    spec = METHODS[name]
+    missing = [k for k in spec.params if k not in config]
+    if missing:
+        raise ValueError(f"the configuration lacks {missing}, needed by method {name!r}")
+    return spec.strategy(
+        model=model,
+        optimizer=make_optimizer(config, model.parameters()),
+        train_mb_size=config["batch_size"],
+        train_epochs=config["epochs"],
+        eval_mb_size=config["eval_batch_size"],
+        lr_schedule=config["lr_schedule"],
+        device=device,
+        plugins=list(plugins),
+        evaluator=EvaluationPlugin(loggers=[]),
+        **{k: config[k] for k in spec.params},
+    )

@@ -1,0 +1,120 @@
+"""The unlearning template, request streams, Sequential and Independent with real training."""
+
+import pytest
+import torch
+from avalanche.training import Naive
+from helpers import make_strategy, predictions, seq, snapshot
+
+from pall_avalanche.evaluation import compute_metrics
+from pall_avalanche.models import count_parameters
+from pall_avalanche.strategies import UnlearningPlugin
+from pall_avalanche.streams import RequestStream, UnlearnExperience, UnlearningNotSupportedError
+
+
+class EventLog(UnlearningPlugin):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.events.append(("learned", strategy.experience.task_label,
+                            list(strategy.active_tasks)))
+
+    def before_unlearning(self, strategy, task, **kwargs):
+        self.events.append(("before_unlearning", task, list(strategy.active_tasks)))
+
+    def after_unlearning(self, strategy, task, **kwargs):
+        self.events.append(("after_unlearning", task, list(strategy.active_tasks)))
+
+
+def test_request_stream_interleaves_experiences_without_mutating_them():
+    strategy, bm, _ = make_strategy("sequential")
+    before = [(e.current_experience, e.origin_stream.name) for e in bm.train_stream]
+    stream = RequestStream(bm, seq("L0 L1 U0 L2"))
+    assert [type(e).__name__ for e in stream] == [
+        "DatasetExperience", "DatasetExperience", "UnlearnExperience", "DatasetExperience"]
+    assert stream[1] is bm.train_stream[1]
+    assert stream[2].task_label == 0 and stream[2].current_experience == 2
+    assert [(e.current_experience, e.origin_stream.name) for e in bm.train_stream] == before
+    with pytest.raises(AttributeError, match="immutable"):
+        stream[2].task_label = 1
+
+
+def test_unlearning_events_and_active_tasks():
+    log = EventLog()
+    strategy, bm, _ = make_strategy("sequential")
+    strategy.plugins.insert(0, log)
+    for exp in RequestStream(bm, seq("L0 L1 U0 L2")):
+        strategy.train(exp)
+    assert log.events == [
+        ("learned", 0, [0]), ("learned", 1, [0, 1]),
+        ("before_unlearning", 0, [0, 1]), ("after_unlearning", 0, [1]),
+        ("learned", 2, [1, 2]),
+    ]
+
+
+def test_inconsistent_requests_to_a_strategy_fail_clearly():
+    strategy, bm, _ = make_strategy("sequential", epochs=1)
+    with pytest.raises(ValueError, match=r"cannot unlearn task 3: it is not learned"):
+        strategy.train(UnlearnExperience(3))
+    strategy.train(bm.train_stream[0])
+    with pytest.raises(ValueError, match="task 0 is already learned"):
+        strategy.train(bm.train_stream[0])
+
+
+def test_plain_avalanche_strategy_cannot_unlearn():
+    strategy, bm, _ = make_strategy("sequential", epochs=1)
+    naive = Naive(model=strategy.model, optimizer=torch.optim.SGD(strategy.model.parameters(), 0.1),
+                  train_mb_size=32)
+    stream = RequestStream(bm, seq("L0 U0"))
+    with pytest.raises(UnlearningNotSupportedError, match="cannot unlearn"):
+        naive.train(stream[1])
+
+
+def test_sequential_unlearning_changes_no_parameter_and_fine_tuning_forgets():
+    strategy, bm, evaluation = make_strategy("sequential", epochs=3)
+    requests = seq("L0 L1 L2 U1 L3")
+    stream = RequestStream(bm, requests)
+    for exp in stream[:3]:
+        strategy.train(exp)
+    before = snapshot(strategy.model)
+    strategy.train(stream[3])
+    after = snapshot(strategy.model)
+    assert before.keys() == after.keys()
+    for name in before:
+        assert torch.equal(before[name], after[name]), name
+    strategy.train(stream[4])
+    acc = evaluation.accuracy
+    assert acc[3] == acc[2]                          # unlearning: identical accuracies
+    metrics = compute_metrics(acc, requests)
+    assert metrics["F_u"] == 0.0
+    assert strategy.inference_size() == (count_parameters(strategy.model), 0)
+
+
+def test_independent_is_exact_and_never_forgets():
+    strategy, bm, evaluation = make_strategy("independent", epochs=2)
+    requests = seq("L0 L1 U0 L2")
+    stream = RequestStream(bm, requests)
+    strategy.train(stream[0])
+    task0 = snapshot(strategy.model.task_models["0"])
+    logits0 = predictions(strategy.model, bm, 0)
+    strategy.train(stream[1])
+    # learning task 1 leaves task 0's model bit-identical
+    for name, value in snapshot(strategy.model.task_models["0"]).items():
+        assert torch.equal(value, task0[name]), name
+    assert torch.equal(predictions(strategy.model, bm, 0), logits0)
+    task1 = snapshot(strategy.model.task_models["1"])
+    strategy.train(stream[2])
+    assert set(strategy.model.task_models) == {"1"}        # task 0's model is gone
+    for name, value in snapshot(strategy.model.task_models["1"]).items():
+        assert torch.equal(value, task1[name]), name
+    # task 0 is now answered by the never-trained model
+    untrained = predictions(strategy.model.untrained, bm, 0)
+    assert torch.equal(predictions(strategy.model, bm, 0), untrained)
+    strategy.train(stream[3])
+    metrics = compute_metrics(evaluation.accuracy, requests)
+    assert metrics["F_l"] == 0.0 and metrics["F_u"] == 0.0
+    per_task = count_parameters(strategy.model.untrained)
+    assert strategy.inference_size() == (2 * per_task, 0)   # d × |Ω|
+    assert evaluation.model_sizes_mb == pytest.approx(
+        [n * 4 * per_task / 2**20 for n in (1, 2, 1, 2)])

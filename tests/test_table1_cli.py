@@ -1,0 +1,122 @@
+"""benchmarks/table1.py end to end on digits: records, tables, replay, resume, bad input."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pall_avalanche.records import read_record
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "table1.py"
+FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--quiet"]
+REQUIRED = {"method", "seed", "benchmark", "requests", "accuracy", "metrics", "timings",
+            "model_size_mb", "config", "versions"}
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("table1_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_main(args, capsys):
+    """Run the script's guarded main in-process; return (exit code, stdout, stderr)."""
+    table1 = load_script()
+    with pytest.raises(SystemExit) as exit_info:
+        table1.cli(args)
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+def records_in(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))]
+
+
+def test_table_records_and_resume(tmp_path, capsys):
+    args = ["--methods", "sequential,independent", "--seeds", "0", "1", "--out",
+            str(tmp_path / "out"), "--report-dir", str(tmp_path / "rep"), *FAST]
+    code, out, _ = run_main(args, capsys)
+    assert code == 0
+    assert "| Sequential |" in out and "| Independent | " in out and "*Exact*" in out
+    records = records_in(tmp_path / "out")
+    assert len(records) == 4
+    for record in records:
+        assert set(record) >= REQUIRED
+        r, t = len(record["requests"]), record["config"]["n_tasks"]
+        assert len(record["accuracy"]) == r and all(len(row) == t for row in record["accuracy"])
+        assert set(record["metrics"]) == {"A_l", "A_u", "F_l", "F_u", "F_u_max"}
+        assert record["config"]["epochs"] == 1 and record["config"]["train_per_task"] == 40
+    independent = [r for r in records if r["method"] == "independent"]
+    assert all(r["metrics"]["F_l"] == 0.0 and r["metrics"]["F_u"] == 0.0 for r in independent)
+    md = (tmp_path / "rep" / "table1_digits.md").read_text()
+    assert "Command: `python benchmarks/table1.py --methods sequential,independent" in md
+    csv = (tmp_path / "rep" / "table1_digits.csv").read_text().splitlines()
+    assert csv[0].startswith("method,exact,seeds,A_l_mean") and len(csv) == 3
+
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")}
+    code, out2, _ = run_main(args, capsys)
+    assert code == 0 and out2 == out                          # same table from stored records
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == stamps
+
+
+def test_requests_file_is_replayed_for_every_seed(tmp_path, capsys):
+    sequence = [{"kind": "learn", "task": 0}, {"kind": "learn", "task": 1},
+                {"kind": "unlearn", "task": 0}, {"kind": "learn", "task": 2}]
+    (tmp_path / "r.json").write_text(json.dumps(sequence))
+    code, _, _ = run_main(["--methods", "sequential", "--seeds", "3", "4", "--requests",
+                           str(tmp_path / "r.json"), "--out", str(tmp_path / "out"),
+                           "--report-dir", str(tmp_path / "rep"), *FAST], capsys)
+    assert code == 0
+    records = records_in(tmp_path / "out")
+    assert [r["seed"] for r in records] == [3, 4]
+    assert all(r["requests"] == sequence for r in records)
+    assert all(len(r["accuracy"]) == 4 for r in records)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "sequential,magic"], "unknown method(s) ['magic']"),
+    (["--benchmark", "mnist"], "no configuration for benchmark 'mnist'; available: "),
+    (["--requests", "BAD"], "request 2 (U1): task 1 is unlearned before it was learned"),
+    (["--n-unlearn", "9"], "n_unlearn=9 is invalid"),
+    (["--set", "optimizer=rmsprop"], "unknown optimizer 'rmsprop'; valid optimizers are"),
+])
+def test_bad_input_fails_with_one_line(tmp_path, capsys, args, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"kind": "learn", "task": 0}, {"kind": "unlearn", "task": 1}]')
+    args = [str(bad) if a == "BAD" else a for a in args]
+    if "--methods" not in args:
+        args += ["--methods", "sequential"]
+    code, _, err = run_main([*args, "--seeds", "0", "--out", str(tmp_path / "out"), *FAST],
+                            capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and err.startswith("table1.py: error: ")
+    assert not list((tmp_path / "out").rglob("*.json"))
+
+
+def test_killed_run_resumes_without_recomputing_or_corruption(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--methods", "sequential,independent", "--seeds", "0",
+           "1", "2", "--out", str(out), "--report-dir", str(tmp_path / "rep"), "--set",
+           "epochs=3", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(out.rglob("*.json"))) < 2:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p: p.read_bytes() for p in out.rglob("*.json")}
+    assert 2 <= len(finished) < 6, "the run must be killed part-way"
+    assert all(read_record(p) is not None for p in finished)       # no corrupt record
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(list(out.rglob("*.json"))) == 6
+    for path, content in finished.items():
+        assert path.read_bytes() == content                       # not recomputed
