@@ -34,10 +34,14 @@ def main(argv=None) -> None:
     frame = table1_frame(records, methods)
     command = "python benchmarks/table1.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     device = records[0]["device"]
+    scale = ("embedded digits with a CPU preset: a reduced run, not the paper's protocol"
+             if config["benchmark"] == "digits" else "the paper's protocol")
+    if config.get("train_per_task"):
+        scale = f"reduced: {config['train_per_task']} training samples per task, {scale}"
     preamble = (
         f"# Table 1 — {config['benchmark']} (T={config['n_tasks']}, N_u="
         f"{config['n_unlearn']}, model {config['model']}, {config['epochs']} epochs/task)\n\n"
-        f"Command: `{command.strip()}`  \nSeeds: {seeds}  \n"
+        f"Command: `{command.strip()}`  \nScale: {scale}  \nSeeds: {seeds}  \n"
         f"Hardware: {device['type']} ({device['name']})  \n"
         f"Records: `{args.out}`\n\n"
     )
