@@ -141,8 +141,18 @@ class UnlearningTemplate(SupervisedTemplate):
         """A new optimizer of the constructor's class and hyper-parameters, with no state."""
         return self._optimizer_class(param_groups, **self._optimizer_defaults)
 
+    @property
+    def weight_decay(self) -> float:
+        """The weight decay of the constructor's optimizer."""
+        return float(self._optimizer_defaults.get("weight_decay", 0.0))
+
     def make_optimizer(self, **kwargs) -> None:
         self.optimizer = self.fresh_optimizer(self.optimizer_param_groups())
+
+    def check_model_and_optimizer(self, **kwargs) -> None:
+        """Adapt the model to the experience, then build the request's fresh optimizer."""
+        self.model = self.model_adaptation()
+        self.make_optimizer()
 
     # --------------------------------------------------------------- model size
     def inference_size(self) -> tuple[int, int]:

@@ -1,0 +1,350 @@
+"""Subnetwork masks: scores, per-layer top-k, straight-through estimator, bit-packed storage.
+
+One module owns everything PALL, WSN, PackNet and the sparse ablations share:
+
+- :func:`maskable_parameters` — the weights (and biases) of every ``Conv2d``/``Linear`` of a
+  backbone, plus the classifier head, whose rows are hard-wired per task (never scored).
+- :class:`MaskSet` — a set of entries over those parameters, stored **bit-packed** (1 bit per
+  entry); set algebra (``|``, ``&``, ``-``), counting, packing to and from bool tensors.
+- :func:`topk_mask` — the per-layer mask keeping a fraction α of the entries with the largest
+  |score| (threshold rank k = 1 + round((1−α)(n−1)), ties kept), via ``numpy.partition`` on CPU
+  and ``torch.kthvalue`` on GPU (O(n), no sort).
+- :class:`_MaskedWeight` — the fused straight-through estimator: forward ``where(m, w, 0)``,
+  backward ``where(m, g, 0)`` to the weight and ``g·w·sign(s)`` to the score.
+- :class:`SubnetworkNet` — runs a :class:`~pall_avalanche.models.TaskIncrementalNet` under the
+  mask of the batch's task (``torch.func.functional_call``; nothing in the user's model is
+  replaced), with per-task masks unpacked once and cached for evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+import torch
+from avalanche.models import MultiTaskModule
+from torch import nn
+from torch.func import functional_call
+
+from pall_avalanche.models.multihead import TaskIncrementalNet
+
+__all__ = [
+    "HEAD",
+    "MaskSet",
+    "RetrainingLedger",
+    "mask_gradients_",
+    "SubnetworkNet",
+    "draw_initial",
+    "maskable_parameters",
+    "topk_mask",
+    "topk_threshold",
+]
+
+HEAD = "head.weight"
+
+
+def maskable_parameters(net: TaskIncrementalNet) -> dict[str, nn.Module]:
+    """Name → owning module of every maskable parameter: Conv2d/Linear weights and biases of
+    the backbone, then the head weight (masked by rows, not by scores)."""
+    out: dict[str, nn.Module] = {}
+    for module_name, module in net.backbone.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            for attr in ("weight", "bias"):
+                if getattr(module, attr, None) is not None:
+                    out[f"backbone.{module_name}.{attr}" if module_name else
+                        f"backbone.{attr}"] = module
+    out[HEAD] = net.head
+    return out
+
+
+@torch.no_grad()
+def draw_initial(module: nn.Module, name: str, like: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+    """A fresh draw from the initialisation distribution φ of ``module.<attr>`` (the last
+    component of ``name``): Kaiming-uniform (a=√5), i.e. U(±1/√fan_in), for weights; the same
+    bound for biases. Also the distribution of the scores."""
+    weight = module.weight
+    fan_in = weight[0].numel()
+    attr = name.rsplit(".", 1)[-1]
+    target = weight if attr == "weight" else module.bias
+    out = torch.empty_like(target if like is None else like)
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    return out.uniform_(-bound, bound)
+
+
+def topk_threshold(abs_scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The per-layer threshold: the k-th smallest |score| with k = 1 + round((1−α)(n−1));
+    entries with ``|s| >= threshold`` form the mask. A 0-d tensor on the scores' device."""
+    n = abs_scores.numel()
+    k = 1 + round((1.0 - alpha) * (n - 1))
+    flat = abs_scores.detach().reshape(-1)
+    if flat.device.type == "cpu":
+        values = flat.numpy()
+        return torch.tensor(np.partition(values, k - 1)[k - 1], dtype=flat.dtype)
+    return torch.kthvalue(flat, k).values
+
+
+def topk_mask(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Bool mask of the entries of one tensor with the largest |score| at connectivity α."""
+    abs_scores = scores.detach().abs()
+    return abs_scores >= topk_threshold(abs_scores, alpha)
+
+
+@torch.no_grad()
+def mask_gradients_(params: list[torch.Tensor], trainable: list[torch.Tensor],
+                    weight_decay: float = 0.0) -> None:
+    """``grad ← (grad + weight_decay · w) ⊙ trainable`` for every parameter with a gradient:
+    frozen entries get an exactly-zero gradient (no weight decay), so a fresh SGD/Adam leaves
+    them bit-identical. ``trainable`` holds float 0/1 tensors shaped like the parameters."""
+    pairs = [(p, t) for p, t in zip(params, trainable, strict=True) if p.grad is not None]
+    if not pairs:
+        return
+    grads = [p.grad for p, _ in pairs]
+    if weight_decay:
+        torch._foreach_add_(grads, [p for p, _ in pairs], alpha=weight_decay)
+    torch._foreach_mul_(grads, [t for _, t in pairs])
+
+
+class _MaskedWeight(torch.autograd.Function):
+    """``w ⊙ m(s)`` with the straight-through estimator; the mask is computed once in
+    forward and saved as bool (no sort, no float mask)."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, scores: torch.Tensor, alpha: float) -> torch.Tensor:
+        abs_scores = scores.abs()
+        mask = abs_scores >= topk_threshold(abs_scores, alpha)
+        ctx.save_for_backward(weight, scores, mask)
+        return torch.where(mask, weight, 0.0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        weight, scores, mask = ctx.saved_tensors
+        return torch.where(mask, grad, 0.0), grad * weight * scores.sign(), None
+
+
+class MaskSet:
+    """A set of entries over named tensors, stored bit-packed (1 bit per entry).
+
+    :param shapes: name → shape of every tensor the set ranges over.
+    :param packed: name → packed ``uint8`` tensor (``numpy.packbits`` of the flattened bools).
+    """
+
+    def __init__(self, shapes: Mapping[str, torch.Size], packed: Mapping[str, torch.Tensor]):
+        self.shapes = dict(shapes)
+        self.packed = dict(packed)
+
+    @classmethod
+    def from_bool(cls, masks: Mapping[str, torch.Tensor]) -> MaskSet:
+        packed = {name: torch.from_numpy(np.packbits(m.detach().reshape(-1).cpu().numpy()))
+                  for name, m in masks.items()}
+        return cls({n: m.shape for n, m in masks.items()}, packed)
+
+    @classmethod
+    def empty(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
+        return cls(shapes, {n: torch.zeros((math.prod(s) + 7) // 8, dtype=torch.uint8)
+                            for n, s in shapes.items()})
+
+    def to_bool(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The bool mask of tensor ``name`` (unpacked)."""
+        shape = self.shapes[name]
+        bits = np.unpackbits(self.packed[name].numpy(), count=math.prod(shape))
+        return torch.from_numpy(bits).view(torch.bool).reshape(shape).to(device)
+
+    def bools(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        return {name: self.to_bool(name, device) for name in self.shapes}
+
+    def _combine(self, other: MaskSet, op) -> MaskSet:
+        if other.shapes != self.shapes:
+            raise ValueError("mask sets range over different tensors")
+        return MaskSet(self.shapes, {n: op(p, other.packed[n]) for n, p in self.packed.items()})
+
+    def __or__(self, other: MaskSet) -> MaskSet:
+        return self._combine(other, torch.bitwise_or)
+
+    def __and__(self, other: MaskSet) -> MaskSet:
+        return self._combine(other, torch.bitwise_and)
+
+    def __sub__(self, other: MaskSet) -> MaskSet:
+        """Entries in ``self`` and not in ``other``."""
+        return self._combine(other, lambda a, b: torch.bitwise_and(a, torch.bitwise_not(b)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MaskSet):
+            return NotImplemented
+        return self.shapes == other.shapes and all(
+            torch.equal(p, other.packed[n]) for n, p in self.packed.items())
+
+    def complement(self) -> MaskSet:
+        """Every entry not in the set."""
+        return MaskSet.from_bool({n: ~b for n, b in self.bools().items()})
+
+    def count(self) -> int:
+        """Number of entries in the set."""
+        return sum(int(self.to_bool(n).sum()) for n in self.shapes)
+
+    def n_entries(self) -> int:
+        """Number of entries the set ranges over (its bit size)."""
+        return sum(math.prod(s) for s in self.shapes.values())
+
+    def nbytes(self) -> int:
+        """Storage of the packed bits."""
+        return sum(p.numel() for p in self.packed.values())
+
+    @staticmethod
+    def union(sets: Iterable[MaskSet], shapes: Mapping[str, torch.Size]) -> MaskSet:
+        out = MaskSet.empty(shapes)
+        for s in sets:
+            out = out | s
+        return out
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.packed)
+
+
+class SubnetworkNet(MultiTaskModule):
+    """A task-incremental network evaluated through per-task subnetwork masks.
+
+    - A task with a stored mask runs with ``w ⊙ m_t`` on its maskable parameters (the bool
+      masks are unpacked once per task and cached until the masks change).
+    - The task being learned (``learning_task``, with ``scores`` set) runs with the
+      straight-through top-k mask of its scores at connectivity ``alpha``.
+    - Any other task (never learned, or unlearned) runs on the dense current weights.
+
+    The wrapped network is used as is: its parameters are substituted per call through
+    ``torch.func.functional_call``.
+
+    :param net: the network (backbone + multi-head output).
+    :param alpha: per-layer connectivity of a task's subnetwork.
+    """
+
+    def __init__(self, net: TaskIncrementalNet, alpha: float) -> None:
+        super().__init__()
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha={alpha!r} must be in (0, 1] (the fraction of each "
+                             "layer's entries a task subnetwork keeps)")
+        self.net = net
+        self.alpha = alpha
+        self.maskable = maskable_parameters(net)
+        params = dict(net.named_parameters())
+        self.shapes = {name: params[name].shape for name in self.maskable}
+        self.masks: dict[int, MaskSet] = {}
+        self.scores: nn.ParameterList | None = None
+        self.learning_task: int | None = None
+        self._cache: dict[int, dict[str, torch.Tensor]] = {}
+
+    # ------------------------------------------------------------------ parameters
+    def weight(self, name: str) -> nn.Parameter:
+        return self.net.get_parameter(name)
+
+    def scored_names(self) -> list[str]:
+        """Maskable parameters whose mask comes from scores (all but the head)."""
+        return [name for name in self.maskable if name != HEAD]
+
+    def head_mask(self, task: int) -> torch.Tensor:
+        """The head rows of ``task`` as a bool mask over ``head.weight``."""
+        mask = torch.zeros(self.shapes[HEAD], dtype=torch.bool, device=self.weight(HEAD).device)
+        mask[self.net.head_rows(task)] = True
+        return mask
+
+    def named_weights(self) -> Iterator[tuple[str, nn.Parameter]]:
+        for name in self.maskable:
+            yield name, self.weight(name)
+
+    # ------------------------------------------------------------------ masks
+    def start_learning(self, task: int) -> nn.ParameterList:
+        """Fresh scores for ``task`` (one per scored tensor, in :meth:`scored_names` order),
+        drawn like the weights; returns them."""
+        self.learning_task = task
+        self.scores = nn.ParameterList(
+            nn.Parameter(draw_initial(self.maskable[name], name)) for name in self.scored_names()
+        )
+        return self.scores
+
+    def current_mask(self) -> dict[str, torch.Tensor]:
+        """The learning task's mask from its current scores (bool, per tensor)."""
+        assert self.scores is not None and self.learning_task is not None
+        masks = {name: topk_mask(score, self.alpha)
+                 for name, score in zip(self.scored_names(), self.scores, strict=True)}
+        masks[HEAD] = self.head_mask(self.learning_task)
+        return masks
+
+    def stop_learning(self) -> None:
+        """Discard the scores."""
+        self.scores = None
+        self.learning_task = None
+
+    def set_mask(self, task: int, mask: MaskSet) -> None:
+        self.masks[task] = mask
+        self._cache.pop(task, None)
+
+    def remove_mask(self, task: int) -> MaskSet:
+        self._cache.pop(task, None)
+        return self.masks.pop(task)
+
+    def cumulative_mask(self, tasks: Iterable[int] | None = None) -> MaskSet:
+        """OR of the stored masks of ``tasks`` (default: all stored)."""
+        tasks = self.masks if tasks is None else tasks
+        return MaskSet.union((self.masks[t] for t in tasks), self.shapes)
+
+    def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
+        """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""
+        if task not in self._cache:
+            self._cache[task] = self.masks[task].bools(self.weight(HEAD).device)
+        return self._cache[task]
+
+    # ------------------------------------------------------------------ forward
+    def masked_parameters(self, task: int) -> dict[str, torch.Tensor]:
+        """The substituted parameters for a forward pass of ``task`` (empty = dense)."""
+        if task == self.learning_task and self.scores is not None and self.training:
+            return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha)
+                    for name, score in zip(self.scored_names(), self.scores, strict=True)}
+        if task == self.learning_task and self.scores is not None:
+            masks = self.current_mask()
+        elif task in self.masks:
+            masks = self.bool_mask(task)
+        else:
+            return {}
+        return {name: torch.where(masks[name], self.weight(name), 0.0)
+                for name in self.scored_names()}
+
+    def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
+        tasks = [task_labels] if isinstance(task_labels, int) else task_labels.unique().tolist()
+        if len(tasks) == 1:
+            params = self.masked_parameters(int(tasks[0]))
+            return functional_call(self.net, params, (x, task_labels), strict=False)
+        out = None
+        for task in tasks:
+            rows = task_labels == task
+            logits = self.forward(x[rows], int(task))
+            if out is None:
+                out = logits.new_empty(len(x), logits.shape[1])
+            out[rows] = logits
+        return out
+
+    def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
+        return self.forward(x, task_label)
+
+
+class RetrainingLedger:
+    """Which retraining events updated which entries using which tasks' buffers.
+
+    Unlearning task t must re-draw every entry trained with D^t *or with B^t*: entries of m_t
+    that an earlier unlearning's retraining updated while B^t was in the loss (protocol §5.3).
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[MaskSet, set[int]]] = []
+
+    def record(self, entries: MaskSet, buffer_tasks: Iterable[int]) -> None:
+        self.events.append((entries, set(buffer_tasks)))
+
+    def updated_with(self, task: int, shapes: Mapping[str, torch.Size]) -> MaskSet:
+        """Entries any recorded retraining updated using ``task``'s buffer."""
+        return MaskSet.union((e for e, tasks in self.events if task in tasks), shapes)
+
+    def forget(self, task: int) -> None:
+        """Drop ``task`` from every event (its buffer is gone); drop events with no task."""
+        for _, tasks in self.events:
+            tasks.discard(task)
+        self.events = [(e, tasks) for e, tasks in self.events if tasks]

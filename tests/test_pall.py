@@ -1,0 +1,140 @@
+"""PALL's exactness, entry by entry, on real training (digits MLP and a small conv net)."""
+
+import pytest
+import torch
+from helpers import make_strategy, predictions, seq
+
+from pall_avalanche.evaluation import compute_metrics
+from pall_avalanche.masks import MaskSet
+from pall_avalanche.streams import RequestStream
+
+PALL = {"alpha": 0.3, "n_retrain_iters": 10, "beta": 0.5, "buffer_size": 50}
+
+
+def weights(strategy) -> dict[str, torch.Tensor]:
+    return {n: w.detach().clone() for n, w in strategy.model.named_weights()}
+
+
+def changed(before, after) -> MaskSet:
+    return MaskSet.from_bool({n: before[n] != after[n] for n in before})
+
+
+def pall(model="mlp", **overrides):
+    return make_strategy("pall", model=model, **{**PALL, **overrides})
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_learning_never_moves_entries_of_learned_tasks(model):
+    strategy, bm, evaluation = pall(model)
+    requests = seq("L0 L1 L2")
+    stream = RequestStream(bm, requests)
+    strategy.train(stream[0])
+    logits0 = predictions(strategy.model, bm, 0)
+    for exp in stream[1:]:
+        frozen = strategy.model.cumulative_mask(strategy.active_tasks)
+        before = weights(strategy)
+        strategy.train(exp)
+        moved = changed(before, weights(strategy))
+        assert (moved & frozen).count() == 0            # bit-identical frozen entries
+        assert moved.count() > 0
+    assert torch.equal(predictions(strategy.model, bm, 0), logits0)
+    assert compute_metrics(evaluation.accuracy, requests)["F_l"] == 0.0
+
+
+def test_learning_redraws_everything_outside_the_masks():
+    strategy, bm, _ = pall()
+    before = weights(strategy)
+    strategy.train(bm.train_stream[0])
+    mask = strategy.model.masks[0]
+    moved = changed(before, weights(strategy))
+    assert moved == MaskSet.union([mask, mask.complement()], mask.shapes)  # all entries new
+    # the stored mask keeps a fraction alpha of every scored tensor, and task 0's head rows
+    for name, m in mask.bools().items():
+        if name == "head.weight":
+            assert m[0:2].all() and not m[2:].any()
+        else:
+            n = m.numel()
+            assert int(m.sum()) == n - round((1 - PALL["alpha"]) * (n - 1))
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(model):
+    strategy, bm, _ = pall(model)
+    stream = RequestStream(bm, seq("L0 L1 L2 U0"))
+    for exp in stream[:3]:
+        strategy.train(exp)
+    net = strategy.model
+    m0 = net.masks[0]
+    forget = m0                                        # task 0 was first: P is empty
+    theta_bar = m0 & net.cumulative_mask([1, 2])
+    assert theta_bar.count() > 0, "tasks 1 and 2 must reuse some of task 0's entries"
+    seen = {}
+    original_retrain = strategy.rehearsal.retrain
+
+    def recording_retrain(strat, entries, tasks):
+        seen["redrawn"] = weights(strat)
+        seen["entries"], seen["tasks"] = entries, list(tasks)
+        original_retrain(strat, entries, tasks)
+
+    strategy.rehearsal.retrain = recording_retrain
+    before = weights(strategy)
+    strategy.train(stream[3])
+    after = weights(strategy)
+    assert changed(before, after) == forget            # every entry of m̄_0 moved, no other
+    assert seen["entries"] == theta_bar and seen["tasks"] == [1, 2]
+    assert changed(seen["redrawn"], after) == theta_bar   # retraining moved exactly θ̄
+    assert 0 not in strategy.rehearsal.buffers and 0 not in net.masks
+    assert all(0 not in tasks for _, tasks in strategy.ledger.events)
+
+
+def test_unlearning_the_latest_task_leaves_other_predictions_unchanged():
+    strategy, bm, _ = pall()
+    stream = RequestStream(bm, seq("L0 L1 L2 U2"))
+    for exp in stream[:3]:
+        strategy.train(exp)
+    logits = {t: predictions(strategy.model, bm, t) for t in (0, 1)}
+    calls = []
+    strategy.rehearsal.retrain = lambda *args: calls.append(args)
+    strategy.train(stream[3])
+    assert calls == []                                 # nothing to retrain
+    for t in (0, 1):
+        assert torch.equal(predictions(strategy.model, bm, t), logits[t])
+
+
+def test_second_unlearning_resets_own_entries_and_leaked_retrained_entries():
+    strategy, bm, _ = pall()
+    stream = RequestStream(bm, seq("L0 L1 L2 L3 U0 U2"))
+    for exp in stream[:4]:
+        strategy.train(exp)
+    net = strategy.model
+    m1, m2 = net.masks[1], net.masks[2]
+    strategy.train(stream[4])                          # unlearn 0: retrains θ̄_1 with B^1..B^3
+    (theta_bar_1, tasks_1), = strategy.ledger.events
+    assert tasks_1 == {1, 2, 3}
+    expected = (m2 - m1) | (m2 & m1 & theta_bar_1)
+    assert (m2 & m1 & theta_bar_1).count() > 0, "the leak channel must be exercised"
+    before = weights(strategy)
+    strategy.train(stream[5])                          # unlearn 2
+    assert changed(before, weights(strategy)) == expected
+
+
+def test_unlearned_tasks_are_at_chance_and_model_size_counts_masks():
+    strategy, bm, evaluation = pall(epochs=3)
+    requests = seq("L0 L1 L2 U1 L3 U0 L4 U3")
+    for exp in RequestStream(bm, requests):
+        strategy.train(exp)
+    metrics = compute_metrics(evaluation.accuracy, requests)
+    assert metrics["F_l"] == 0.0
+    assert abs(metrics["A_u"] - 50.0) < 20.0
+    assert metrics["A_l"] > 65.0                       # well above chance (50)
+    floats, bits = strategy.inference_size()
+    n = sum(p.numel() for p in strategy.model.net.parameters())
+    assert floats == n and bits == 2 * n               # two masks remain (tasks 2 and 4)
+    assert len(strategy.unlearning_stats) == 3
+
+
+def test_bad_hyper_parameters_fail_clearly():
+    with pytest.raises(ValueError, match=r"alpha=1.5 must be in \(0, 1\]"):
+        pall(alpha=1.5)
+    with pytest.raises(ValueError, match=r"buffer_size=5 gives 1 samples per task .* >= 10"):
+        pall(buffer_size=5)
