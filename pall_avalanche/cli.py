@@ -25,6 +25,7 @@ FLAG_KEYS = {
     "epochs": "epochs",
     "data_root": "data_root",
     "train_per_task": "train_per_task",
+    "alpha": "alpha",
 }
 
 
@@ -43,6 +44,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help='JSON list of {"kind": "learn"|"unlearn", "task": t} replayed for '
                              "every seed instead of generated sequences")
     parser.add_argument("--epochs", type=int, help="epochs per learning request")
+    parser.add_argument("--alpha", type=float,
+                        help="α, per-layer connectivity of a task subnetwork (PALL, WSN)")
     parser.add_argument("--data-root", help="folder of the dataset files (default ./data)")
     parser.add_argument("--train-per-task", type=int,
                         help="subsample each task's training set (reduced CPU runs)")
