@@ -27,7 +27,7 @@ from avalanche.models import MultiTaskModule
 from torch import nn
 from torch.func import functional_call
 
-from pall_avalanche.models.multihead import TaskIncrementalNet
+from pall_avalanche.models.multihead import TaskIncrementalNet, forward_by_task
 
 __all__ = [
     "HEAD",
@@ -309,18 +309,8 @@ class SubnetworkNet(MultiTaskModule):
                 for name in self.scored_names()}
 
     def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
-        tasks = [task_labels] if isinstance(task_labels, int) else task_labels.unique().tolist()
-        if len(tasks) == 1:
-            params = self.masked_parameters(int(tasks[0]))
-            return functional_call(self.net, params, (x, task_labels), strict=False)
-        out = None
-        for task in tasks:
-            rows = task_labels == task
-            logits = self.forward(x[rows], int(task))
-            if out is None:
-                out = logits.new_empty(len(x), logits.shape[1])
-            out[rows] = logits
-        return out
+        return forward_by_task(x, task_labels, lambda xs, task, labels: functional_call(
+            self.net, self.masked_parameters(task), (xs, labels), strict=False))
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)

@@ -118,3 +118,17 @@ def test_independent_is_exact_and_never_forgets():
     assert strategy.inference_size() == (2 * per_task, 0)   # d × |Ω|
     assert evaluation.model_sizes_mb == pytest.approx(
         [n * 4 * per_task / 2**20 for n in (1, 2, 1, 2)])
+
+
+@pytest.mark.parametrize("wrap", ["independent", "subnetwork"])
+def test_mixed_task_batches_route_each_sample_to_its_task(wrap):
+    from pall_avalanche.masks import SubnetworkNet
+    from pall_avalanche.models import build_model
+    from pall_avalanche.strategies import IndependentModels
+
+    torch.manual_seed(0)
+    net = build_model("mlp", input_shape=(1, 8, 8), n_tasks=5, classes_per_task=2)
+    net = IndependentModels(net) if wrap == "independent" else SubnetworkNet(net, 0.3)
+    x, tasks = torch.randn(6, 1, 8, 8), torch.tensor([0, 1, 0, 2, 1, 0])
+    one_by_one = torch.stack([net(x[i:i + 1], int(tasks[i]))[0] for i in range(6)])
+    assert torch.allclose(net(x, tasks), one_by_one)

@@ -8,12 +8,32 @@ and every Avalanche strategy pass the task labels through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from avalanche.models import MultiTaskModule
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["TaskIncrementalNet"]
+__all__ = ["TaskIncrementalNet", "forward_by_task"]
+
+
+def forward_by_task(x: torch.Tensor, task_labels: torch.Tensor | int,
+                    forward_one: Callable[[torch.Tensor, int, torch.Tensor | int], torch.Tensor]
+                    ) -> torch.Tensor:
+    """Run ``forward_one(x_task, task, labels)`` once per task present in the mini-batch and
+    reassemble the outputs in the original order (one call when the batch has one task)."""
+    tasks = [task_labels] if isinstance(task_labels, int) else task_labels.unique().tolist()
+    if len(tasks) == 1:
+        return forward_one(x, int(tasks[0]), task_labels)
+    out = None
+    for task in tasks:
+        rows = task_labels == task
+        logits = forward_one(x[rows], int(task), int(task))
+        if out is None:
+            out = logits.new_empty(len(x), logits.shape[1])
+        out[rows] = logits
+    return out
 
 
 class TaskIncrementalNet(MultiTaskModule):

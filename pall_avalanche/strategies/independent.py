@@ -10,6 +10,7 @@ from torch import nn
 
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.init import reinitialize_
+from pall_avalanche.models.multihead import forward_by_task
 from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["Independent", "IndependentModels"]
@@ -48,19 +49,8 @@ class IndependentModels(MultiTaskModule):
         return self.untrained
 
     def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
-        if isinstance(task_labels, int):
-            return self.model_for(task_labels)(x, task_labels)
-        tasks = task_labels.unique().tolist()
-        if len(tasks) == 1:
-            return self.model_for(tasks[0])(x, task_labels)
-        out = None
-        for task in tasks:
-            rows = task_labels == task
-            logits = self.model_for(task)(x[rows], task)
-            if out is None:
-                out = logits.new_empty(len(x), logits.shape[1])
-            out[rows] = logits
-        return out
+        return forward_by_task(x, task_labels,
+                               lambda xs, task, labels: self.model_for(task)(xs, labels))
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)
