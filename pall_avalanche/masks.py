@@ -141,6 +141,11 @@ class MaskSet:
         return cls({n: m.shape for n, m in masks.items()}, packed)
 
     @classmethod
+    def full(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
+        """Every entry."""
+        return cls.from_bool({n: torch.ones(s, dtype=torch.bool) for n, s in shapes.items()})
+
+    @classmethod
     def empty(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
         return cls(shapes, {n: torch.zeros((math.prod(s) + 7) // 8, dtype=torch.uint8)
                             for n, s in shapes.items()})
@@ -187,19 +192,12 @@ class MaskSet:
         """Number of entries the set ranges over (its bit size)."""
         return sum(math.prod(s) for s in self.shapes.values())
 
-    def nbytes(self) -> int:
-        """Storage of the packed bits."""
-        return sum(p.numel() for p in self.packed.values())
-
     @staticmethod
     def union(sets: Iterable[MaskSet], shapes: Mapping[str, torch.Size]) -> MaskSet:
         out = MaskSet.empty(shapes)
         for s in sets:
             out = out | s
         return out
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return dict(self.packed)
 
 
 class SubnetworkNet(MultiTaskModule):

@@ -94,7 +94,7 @@ class PALL(UnlearningTemplate):
             self.ledger.record(retrain, self.active_tasks)
         self.ledger.forget(task)
         if not self.active_tasks:
-            redraw_(net, forget.complement() | forget)
+            redraw_(net, MaskSet.full(net.shapes))
         self._record_stats(before, forget, retrain)
 
     @torch.no_grad()
@@ -115,5 +115,4 @@ class PALL(UnlearningTemplate):
 
     def inference_size(self) -> tuple[int, int]:
         net: SubnetworkNet = self.model
-        n_entries = sum(s.numel() for s in net.shapes.values())
-        return count_parameters(net.net), n_entries * len(net.masks)
+        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * len(net.masks)
