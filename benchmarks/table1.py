@@ -1,6 +1,7 @@
 """Table 1 of the paper: every method on one benchmark, mean ± std over seeds.
 
-    python benchmarks/table1.py                       # digits, every method, CPU preset
+    python benchmarks/table1.py                       # digits, Table 1's methods, CPU preset
+    python benchmarks/table1.py --methods all,ablations   # + ER (Retraining), sparse (Ind.)
     python benchmarks/table1.py --methods sequential,independent --seeds 0 1 2
     python benchmarks/table1.py --benchmark cifar10 --data-root ~/data --device cuda
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from pall_avalanche.cli import add_run_arguments, config_from_args, main_guard, parse_methods
 from pall_avalanche.report import table1_frame, write_table
 from pall_avalanche.runner import run_experiments
+from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -29,8 +31,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
+    wandb = WandbSettings.from_args(args)
     records = run_experiments(methods, seeds, config, args.out, requests=requests,
-                              device=args.device, show_progress=not args.quiet)
+                              device=args.device, show_progress=not args.quiet, wandb=wandb)
     frame = table1_frame(records, methods)
     command = "python benchmarks/table1.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     device = records[0]["device"]
@@ -46,6 +49,8 @@ def main(argv=None) -> None:
         f"Records: `{args.out}`\n\n"
     )
     markdown = write_table(frame, args.report_dir / f"table1_{config['benchmark']}", preamble)
+    log_table(wandb, f"table1_{config['benchmark']}", frame, config=config,
+              markdown=preamble + markdown, group=default_group(config))
     print(markdown)
 
 

@@ -68,8 +68,13 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[tuple[str, An
 
 
 def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The flat configuration of ``method``: global keys updated by ``methods[method]``."""
+    """The flat configuration of ``method``: global keys, updated by the values a registered
+    variant sets (``MethodSpec.config``, e.g. ``pall_strict``), then by ``methods[method]``."""
+    from pall_avalanche.strategies import METHODS  # late: the strategies import this module
+
     flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in ("methods", "seeds")}
+    if method in METHODS:
+        flat.update(copy.deepcopy(dict(METHODS[method].config)))
     overrides = (config.get("methods") or {}).get(method) or {}
     if not isinstance(overrides, dict):
         raise ValueError(f"methods.{method} must be a mapping of overrides, got {overrides!r}")

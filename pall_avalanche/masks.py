@@ -36,7 +36,9 @@ __all__ = [
     "mask_gradients_",
     "SubnetworkNet",
     "draw_initial",
+    "kth_smallest",
     "maskable_parameters",
+    "restricted_topk_mask",
     "topk_mask",
     "topk_threshold",
 ]
@@ -77,11 +79,15 @@ def topk_threshold(abs_scores: torch.Tensor, alpha: float) -> torch.Tensor:
     """The per-layer threshold: the k-th smallest |score| with k = 1 + round((1−α)(n−1));
     entries with ``|s| >= threshold`` form the mask. A 0-d tensor on the scores' device."""
     n = abs_scores.numel()
-    k = 1 + round((1.0 - alpha) * (n - 1))
-    flat = abs_scores.detach().reshape(-1)
+    return kth_smallest(abs_scores, 1 + round((1.0 - alpha) * (n - 1)))
+
+
+def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th smallest entry (1-based) of a tensor, as a 0-d tensor on its device:
+    ``numpy.partition`` on CPU, ``torch.kthvalue`` on GPU (O(n), no sort)."""
+    flat = values.detach().reshape(-1)
     if flat.device.type == "cpu":
-        values = flat.numpy()
-        return torch.tensor(np.partition(values, k - 1)[k - 1], dtype=flat.dtype)
+        return torch.tensor(np.partition(flat.numpy(), k - 1)[k - 1], dtype=flat.dtype)
     return torch.kthvalue(flat, k).values
 
 
@@ -89,6 +95,16 @@ def topk_mask(scores: torch.Tensor, alpha: float) -> torch.Tensor:
     """Bool mask of the entries of one tensor with the largest |score| at connectivity α."""
     abs_scores = scores.detach().abs()
     return abs_scores >= topk_threshold(abs_scores, alpha)
+
+
+def restricted_topk_mask(scores: torch.Tensor, eligible: torch.Tensor, keep: int
+                         ) -> torch.Tensor:
+    """Bool mask of the ``keep`` entries of ``eligible`` with the largest |score| (ties at the
+    threshold kept); entries outside ``eligible`` are never selected."""
+    if keep <= 0:
+        return torch.zeros_like(eligible)
+    ranked = torch.where(eligible, scores.detach().abs(), -1.0)
+    return eligible & (ranked >= kth_smallest(ranked, ranked.numel() - keep + 1))
 
 
 @torch.no_grad()
@@ -108,19 +124,24 @@ def mask_gradients_(params: list[torch.Tensor], trainable: list[torch.Tensor],
 
 class _MaskedWeight(torch.autograd.Function):
     """``w ⊙ m(s)`` with the straight-through estimator; the mask is computed once in
-    forward and saved as bool (no sort, no float mask)."""
+    forward and saved as bool (no sort, no float mask). With ``eligible`` the mask is the
+    ``keep`` eligible entries of largest |score| (:func:`restricted_topk_mask`)."""
 
     @staticmethod
-    def forward(ctx, weight: torch.Tensor, scores: torch.Tensor, alpha: float) -> torch.Tensor:
-        abs_scores = scores.abs()
-        mask = abs_scores >= topk_threshold(abs_scores, alpha)
+    def forward(ctx, weight: torch.Tensor, scores: torch.Tensor, alpha: float,
+                eligible: torch.Tensor | None = None, keep: int = 0) -> torch.Tensor:
+        if eligible is None:
+            abs_scores = scores.abs()
+            mask = abs_scores >= topk_threshold(abs_scores, alpha)
+        else:
+            mask = restricted_topk_mask(scores, eligible, keep)
         ctx.save_for_backward(weight, scores, mask)
         return torch.where(mask, weight, 0.0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         weight, scores, mask = ctx.saved_tensors
-        return torch.where(mask, grad, 0.0), grad * weight * scores.sign(), None
+        return torch.where(mask, grad, 0.0), grad * weight * scores.sign(), None, None, None
 
 
 class MaskSet:
@@ -206,7 +227,9 @@ class SubnetworkNet(MultiTaskModule):
     - A task with a stored mask runs with ``w ⊙ m_t`` on its maskable parameters (the bool
       masks are unpacked once per task and cached until the masks change).
     - The task being learned (``learning_task``, with ``scores`` set) runs with the
-      straight-through top-k mask of its scores at connectivity ``alpha``.
+      straight-through top-k mask of its scores at connectivity ``alpha`` (or, when
+      :meth:`start_learning` got ``eligible`` and ``keep``, of exactly ``keep[name]`` eligible
+      entries per tensor: disjoint subnetworks).
     - Any other task (never learned, or unlearned) runs on the dense current weights.
 
     The wrapped network is used as is: its parameters are substituted per call through
@@ -229,6 +252,8 @@ class SubnetworkNet(MultiTaskModule):
         self.masks: dict[int, MaskSet] = {}
         self.scores: nn.ParameterList | None = None
         self.learning_task: int | None = None
+        self.eligible: dict[str, torch.Tensor] | None = None
+        self.keep: dict[str, int] | None = None
         self._cache: dict[int, dict[str, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ parameters
@@ -250,9 +275,26 @@ class SubnetworkNet(MultiTaskModule):
             yield name, self.weight(name)
 
     # ------------------------------------------------------------------ masks
-    def start_learning(self, task: int) -> nn.ParameterList:
+    def start_learning(self, task: int, eligible: MaskSet | None = None,
+                       keep: Mapping[str, int] | None = None) -> nn.ParameterList:
         """Fresh scores for ``task`` (one per scored tensor, in :meth:`scored_names` order),
-        drawn like the weights; returns them."""
+        drawn like the weights; returns them.
+
+        :param eligible: restrict the mask to these entries (default: any entry)...
+        :param keep: ...and keep exactly ``keep[name]`` of them per scored tensor, instead of
+            a fraction ``alpha`` of the tensor (give both or neither).
+        """
+        if (eligible is None) != (keep is None):
+            raise ValueError("start_learning needs both eligible and keep, or neither")
+        if eligible is not None:
+            bools = eligible.bools(self.weight(HEAD).device)
+            for name in self.scored_names():
+                available = int(bools[name].sum())
+                if not 0 <= keep[name] <= available:
+                    raise ValueError(f"keep[{name!r}]={keep[name]} is invalid: it must be "
+                                     f"between 0 and the {available} eligible entries")
+            self.eligible = {name: bools[name] for name in self.scored_names()}
+            self.keep = {name: int(keep[name]) for name in self.scored_names()}
         self.learning_task = task
         self.scores = nn.ParameterList(
             nn.Parameter(draw_initial(self.maskable[name], name)) for name in self.scored_names()
@@ -262,15 +304,20 @@ class SubnetworkNet(MultiTaskModule):
     def current_mask(self) -> dict[str, torch.Tensor]:
         """The learning task's mask from its current scores (bool, per tensor)."""
         assert self.scores is not None and self.learning_task is not None
-        masks = {name: topk_mask(score, self.alpha)
-                 for name, score in zip(self.scored_names(), self.scores, strict=True)}
+        if self.eligible is None:
+            masks = {name: topk_mask(score, self.alpha)
+                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
+        else:
+            masks = {name: restricted_topk_mask(score, self.eligible[name], self.keep[name])
+                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
         masks[HEAD] = self.head_mask(self.learning_task)
         return masks
 
     def stop_learning(self) -> None:
-        """Discard the scores."""
+        """Discard the scores (and any restriction of the learning task's mask)."""
         self.scores = None
         self.learning_task = None
+        self.eligible = self.keep = None
 
     def set_mask(self, task: int, mask: MaskSet) -> None:
         self.masks[task] = mask
@@ -279,6 +326,32 @@ class SubnetworkNet(MultiTaskModule):
     def remove_mask(self, task: int) -> MaskSet:
         self._cache.pop(task, None)
         return self.masks.pop(task)
+
+    def mask_state_dict(self) -> dict[str, torch.Tensor]:
+        """The stored masks, bit-packed: task (as a string) → one ``uint8`` tensor, the packed
+        bits of every maskable parameter in order (1 bit per entry per task; what a
+        checkpoint of the masks holds)."""
+        return {str(task): torch.cat([mask.packed[name] for name in self.shapes])
+                for task, mask in self.masks.items()}
+
+    def load_mask_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the stored masks by those of :meth:`mask_state_dict`."""
+        sizes = [(math.prod(shape) + 7) // 8 for shape in self.shapes.values()]
+        masks = {}
+        for task, packed in state.items():
+            if packed.numel() != sum(sizes):
+                raise ValueError(f"the mask of task {task} has {packed.numel()} bytes; this "
+                                 f"network's maskable parameters need {sum(sizes)}")
+            parts = packed.cpu().split(sizes)
+            masks[int(task)] = MaskSet(self.shapes, dict(zip(self.shapes, parts, strict=True)))
+        self.masks = masks
+        self._cache.clear()
+
+    def get_extra_state(self) -> dict[str, torch.Tensor]:
+        return self.mask_state_dict()
+
+    def set_extra_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.load_mask_state_dict(state)
 
     def cumulative_mask(self, tasks: Iterable[int] | None = None) -> MaskSet:
         """OR of the stored masks of ``tasks`` (default: all stored)."""
@@ -295,7 +368,11 @@ class SubnetworkNet(MultiTaskModule):
     def masked_parameters(self, task: int) -> dict[str, torch.Tensor]:
         """The substituted parameters for a forward pass of ``task`` (empty = dense)."""
         if task == self.learning_task and self.scores is not None and self.training:
-            return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha)
+            if self.eligible is None:
+                return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha)
+                        for name, score in zip(self.scored_names(), self.scores, strict=True)}
+            return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha,
+                                              self.eligible[name], self.keep[name])
                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
         if task == self.learning_task and self.scores is not None:
             masks = self.current_mask()

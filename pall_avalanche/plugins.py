@@ -1,17 +1,19 @@
-"""Plugins with one job each, shared by the subnetwork methods (PALL, WSN, PackNet, sparse).
+"""Plugins with one job each, shared by the subnetwork methods (PALL, WSN, PackNet, sparse)
+and the replay baselines.
 
 - :class:`MaskFreezingPlugin` keeps every entry of the active tasks' masks bit-identical while a
   new task trains (gradients zeroed, weight decay only on free entries).
 - :class:`WeightResettingPlugin` stores the learned task's mask and re-draws what it must from
   the initialisation distribution: unused entries after learning, a task's entries on
   unlearning.
-- :class:`RehearsalPlugin` keeps a DER++ buffer per task (samples with their logits) and
-  retrains a given set of entries from the remaining buffers.
+- :class:`RehearsalPlugin` keeps a buffer per task (samples, for DER++ with their logits) and
+  runs the one replay loop on it: PALL retrains chosen entries, the replay baselines
+  (ER, DER++, GEM, ER (Retraining)) replay, fine-tune away and retrain from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.nn import functional as F
@@ -19,7 +21,14 @@ from torch.nn import functional as F
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, draw_initial, mask_gradients_
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
-__all__ = ["MaskFreezingPlugin", "RehearsalPlugin", "WeightResettingPlugin", "redraw_"]
+__all__ = [
+    "SELECTIONS",
+    "MaskFreezingPlugin",
+    "RehearsalPlugin",
+    "WeightResettingPlugin",
+    "redraw_",
+    "select_exemplars",
+]
 
 
 @torch.no_grad()
@@ -32,6 +41,131 @@ def redraw_(net: SubnetworkNet, entries: MaskSet) -> None:
             weight.copy_(torch.where(mask, draw_initial(net.maskable[name], name), weight))
 
 
+# ------------------------------------------------------------------ buffer selection
+# Each selection function picks ``n`` of the ``m`` samples of ONE class: it gets the class's
+# logits (m, classes_per_task), penultimate features (m, f) and task-local labels (m,), and
+# returns n distinct local indices. :func:`select_exemplars` makes any of them class-balanced.
+
+def _top(values: torch.Tensor, n: int, largest: bool) -> torch.Tensor:
+    """Indices of the n largest (smallest) values; ties keep the lower index first."""
+    order = torch.argsort(-values if largest else values, stable=True)
+    return order[:n]
+
+
+def select_random(n: int, logits: torch.Tensor | None, features: torch.Tensor | None,
+                  labels: torch.Tensor) -> torch.Tensor:
+    """Uniformly random samples (the paper's default)."""
+    return torch.randperm(len(labels))[:n]
+
+
+def select_herding(n: int, logits: torch.Tensor | None, features: torch.Tensor,
+                   labels: torch.Tensor) -> torch.Tensor:
+    """iCaRL herding on L2-normalised penultimate features: greedily add the sample that
+    brings the mean of the chosen samples closest to the class mean."""
+    feats = F.normalize(features.double(), dim=1)
+    target = feats.mean(0)
+    chosen: list[int] = []
+    total = torch.zeros_like(target)
+    available = torch.ones(len(feats), dtype=torch.bool)
+    for k in range(1, min(n, len(feats)) + 1):
+        distance = ((target - (total + feats) / k) ** 2).sum(1)
+        distance[~available] = float("inf")
+        best = int(torch.argmin(distance))
+        chosen.append(best)
+        available[best] = False
+        total = total + feats[best]
+    return torch.tensor(chosen, dtype=torch.long)
+
+
+def select_entropy(n: int, logits: torch.Tensor, features: torch.Tensor | None,
+                   labels: torch.Tensor) -> torch.Tensor:
+    """The samples whose softmax output has the highest entropy (most uncertain)."""
+    log_p = F.log_softmax(logits.double(), dim=1)
+    return _top(-(log_p.exp() * log_p).sum(1), n, largest=True)
+
+
+def select_confidence(n: int, logits: torch.Tensor, features: torch.Tensor | None,
+                      labels: torch.Tensor) -> torch.Tensor:
+    """The samples with the highest softmax confidence (max probability)."""
+    return _top(F.softmax(logits.double(), dim=1).max(1).values, n, largest=True)
+
+
+def select_logit_distance(n: int, logits: torch.Tensor, features: torch.Tensor | None,
+                          labels: torch.Tensor) -> torch.Tensor:
+    """The samples closest to the decision boundary: smallest |z_y − max_{j≠y} z_j|."""
+    z = logits.double()
+    true = z.gather(1, labels[:, None]).squeeze(1)
+    others = z.scatter(1, labels[:, None], float("-inf")).max(1).values
+    return _top((true - others).abs(), n, largest=False)
+
+
+#: ``buffer_selection`` name → per-class selection function.
+SELECTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "random": select_random,
+    "herding": select_herding,
+    "entropy": select_entropy,
+    "confidence": select_confidence,
+    "logit_distance": select_logit_distance,
+}
+
+
+def select_exemplars(targets: torch.Tensor, n: int, selection: str = "random", *,
+                     logits: torch.Tensor | None = None,
+                     features: torch.Tensor | None = None) -> torch.Tensor:
+    """Class-balanced choice of ``n`` sample indices (sorted) with a :data:`SELECTIONS`
+    function applied within each class; ``n // n_classes`` per class, the remainder to the
+    first classes (in label order).
+
+    :param targets: task-local labels of the task's samples.
+    :param n: how many samples to keep.
+    :param selection: a name from :data:`SELECTIONS`.
+    :param logits: the samples' logits (needed by every selection but random and herding).
+    :param features: the samples' penultimate features (needed by herding).
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown buffer selection {selection!r}; valid selections are "
+                         f"{list(SELECTIONS)}")
+    if selection == "herding" and features is None:
+        raise ValueError("buffer selection 'herding' needs the samples' features")
+    if selection not in ("random", "herding") and logits is None:
+        raise ValueError(f"buffer selection {selection!r} needs the samples' logits")
+    classes = targets.unique()
+    shares = [n // len(classes)] * len(classes)
+    for i in range(n % len(classes)):
+        shares[i] += 1
+    picked = []
+    for cls, share in zip(classes, shares, strict=True):
+        pool = (targets == cls).nonzero().flatten()
+        local = SELECTIONS[selection](
+            share, None if logits is None else logits[pool],
+            None if features is None else features[pool], targets[pool])
+        picked.append(pool[local])
+    return torch.cat(picked).sort().values
+
+
+@torch.no_grad()
+def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eval-mode logits of ``x`` through ``task``'s head (and mask) and the penultimate
+    features (the output of the module named ``backbone``, captured by a forward hook; the
+    logits themselves when the network has none)."""
+    backbone = next((m for name, m in net.named_modules()
+                     if name == "backbone" or name.endswith(".backbone")), None)
+    captured: list[torch.Tensor] = []
+    handle = (backbone.register_forward_hook(lambda _m, _i, out: captured.append(out))
+              if backbone is not None else None)
+    was_training = net.training
+    net.eval()
+    try:
+        logits = torch.cat([net(x[i:i + batch], task) for i in range(0, len(x), batch)])
+    finally:
+        net.train(was_training)
+        if handle is not None:
+            handle.remove()
+    features = torch.cat([f.flatten(1) for f in captured]) if captured else logits
+    return logits, features
+
+
 class MaskFreezingPlugin(UnlearningPlugin):
     """Freezes the entries of the active tasks' masks during a learning request.
 
@@ -40,17 +174,25 @@ class MaskFreezingPlugin(UnlearningPlugin):
     SGD/Adam (built with no weight decay of its own) leaves them bit-identical.
 
     :param weight_decay: the weight decay applied to free entries only (never to scores).
+    :param frozen: ``strategy → MaskSet`` of the entries to freeze for the request (default:
+        M, the OR of the active tasks' masks); :meth:`set_frozen` changes it mid-request.
     """
 
-    def __init__(self, weight_decay: float = 0.0) -> None:
+    def __init__(self, weight_decay: float = 0.0,
+                 frozen: Callable[[UnlearningTemplate], MaskSet] | None = None) -> None:
         super().__init__()
         self.weight_decay = weight_decay
+        self.frozen = frozen
         self._params: list[torch.Tensor] = []
         self._trainable: list[torch.Tensor] = []
 
     def before_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         net: SubnetworkNet = strategy.model
-        frozen = net.cumulative_mask(strategy.active_tasks)
+        self.set_frozen(net, net.cumulative_mask(strategy.active_tasks) if self.frozen is None
+                        else self.frozen(strategy))
+
+    def set_frozen(self, net: SubnetworkNet, frozen: MaskSet) -> None:
+        """Freeze exactly ``frozen`` from the next backward pass on."""
         device = net.weight(HEAD).device
         self._params = [w for _, w in net.named_weights()]
         self._trainable = [(~m).float() for m in frozen.bools(device).values()]
@@ -85,22 +227,38 @@ class WeightResettingPlugin(UnlearningPlugin):
 
 
 class RehearsalPlugin(UnlearningPlugin):
-    """A DER++ episodic memory per task and retraining of chosen entries from it.
+    """An episodic memory B^t per task and the one replay loop that trains from it.
 
-    After learning task t, ``capacity // n_tasks`` class-balanced, uniformly random samples
-    of D^t are stored un-augmented with their logits z = f_{θ⊙m_t}(x) computed on exactly
-    those inputs in eval mode. On unlearning t, B^t is deleted before anything else.
+    After learning task t, ``buffer_size // n_tasks`` class-balanced, uniformly random samples
+    of D^t are stored un-augmented, with (``store_logits``) their logits
+    z = f(x) computed on exactly those inputs in eval mode with t's head (and, for PALL, t's
+    mask). The same buffers serve PALL's retraining of chosen entries (:meth:`retrain`), the
+    replay baselines' learning-time replay (:meth:`replay_loss`) and their unlearning
+    fine-tuning and ER (Retraining)'s retraining from scratch (:meth:`replay_steps`).
 
     :param buffer_size: total capacity, split a priori over ``n_tasks``.
     :param n_tasks: the number of tasks T.
     :param classes_per_task: classes per task (the buffer must hold one sample of each).
     :param beta: weight of the logit (MSE) term; 0 gives plain experience replay.
-    :param n_retrain_iters: N_f, retraining iterations per unlearning request.
+    :param n_retrain_iters: N_f, iterations of :meth:`retrain` per unlearning request.
+    :param store_logits: store z with the samples (needed when ``beta > 0``).
+    :param delete_on_unlearning: delete B^t in ``before_unlearning`` (PALL); with ``False``
+        the strategy uses B^t while unlearning t and deletes it with :meth:`drop`.
+    :param selection: how B^t's class-balanced samples are chosen, a name from
+        :data:`SELECTIONS` (``random``, the paper's default; ``herding``, ``entropy``,
+        ``confidence``, ``logit_distance``: Table A4), scored with the model just trained.
     """
 
+    checkpoint_attributes = ("buffers",)
+
     def __init__(self, *, buffer_size: int, n_tasks: int, classes_per_task: int, beta: float,
-                 n_retrain_iters: int) -> None:
+                 n_retrain_iters: int, store_logits: bool = True,
+                 delete_on_unlearning: bool = True, selection: str = "random") -> None:
         super().__init__()
+        if selection not in SELECTIONS:
+            raise ValueError(f"unknown buffer selection {selection!r}; valid selections are "
+                             f"{list(SELECTIONS)}")
+        self.selection = selection
         self.per_task = buffer_size // n_tasks
         if self.per_task < classes_per_task:
             raise ValueError(
@@ -110,65 +268,105 @@ class RehearsalPlugin(UnlearningPlugin):
             )
         if beta < 0 or n_retrain_iters < 0:
             raise ValueError(f"beta={beta} and n_retrain_iters={n_retrain_iters} must be >= 0")
+        if beta and not store_logits:
+            raise ValueError(f"beta={beta} needs the stored logits; use store_logits=True")
         self.beta = beta
         self.n_retrain_iters = n_retrain_iters
-        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-
-    def _select(self, targets: torch.Tensor) -> torch.Tensor:
-        """Class-balanced uniform random indices (remainders to the first classes)."""
-        classes = targets.unique()
-        shares = [self.per_task // len(classes)] * len(classes)
-        for i in range(self.per_task % len(classes)):
-            shares[i] += 1
-        picked = []
-        for cls, share in zip(classes, shares, strict=True):
-            pool = (targets == cls).nonzero().flatten()
-            picked.append(pool[torch.randperm(len(pool))[:share]])
-        return torch.cat(picked).sort().values
+        self.store_logits = store_logits
+        self.delete_on_unlearning = delete_on_unlearning
+        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
     @torch.no_grad()
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         task = strategy.experience.task_label
         data = strategy.experience.dataset.eval()
         targets = torch.as_tensor(list(data.targets))
-        index = self._select(targets)
+        batch = strategy.eval_mb_size or strategy.train_mb_size
+        logits = features = None
+        if self.selection != "random":
+            every = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
+            logits, features = (t.cpu() for t in logits_and_features(
+                strategy.model, every, task, batch))
+        index = select_exemplars(targets, self.per_task, self.selection, logits=logits,
+                                 features=features)
         x = torch.stack([data[int(i)][0] for i in index]).to(strategy.device)
         y = targets[index].to(strategy.device)
-        net = strategy.model
-        was_training = net.training
-        net.eval()
-        batch = strategy.eval_mb_size or strategy.train_mb_size
-        z = torch.cat([net(x[i:i + batch], task) for i in range(0, len(x), batch)])
-        net.train(was_training)
+        z = logits_and_features(strategy.model, x, task, batch)[0] if self.store_logits else None
         self.buffers[task] = (x, y, z)
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
+        if self.delete_on_unlearning:
+            self.drop(task)
+
+    def drop(self, task: int) -> None:
+        """Delete B^t."""
         del self.buffers[task]
+
+    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int],
+                    per_task: int) -> torch.Tensor:
+        """Mean over τ in ``tasks`` of CE(f(x), y) on ``per_task`` random samples of B^τ plus
+        β·MSE(f(x'), z') on ``per_task`` others, each sample through its own task's head."""
+        loss = None
+        for task in tasks:
+            x, y, z = self.buffers[task]
+            ce_index = torch.randperm(len(x), device=x.device)[:per_task]
+            term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
+            loss = term if loss is None else loss + term
+            if self.beta:
+                mse_index = torch.randperm(len(x), device=x.device)[:per_task]
+                loss = loss + self.beta * F.mse_loss(net(x[mse_index], task), z[mse_index])
+        return loss / len(tasks)
+
+    def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:
+        """CE of ``n`` random samples of B^t (through t's head) towards the uniform
+        distribution over t's classes: minimal when t's predictions are at chance."""
+        x, _, _ = self.buffers[task]
+        logits = net(x[torch.randperm(len(x), device=x.device)[:n]], task)
+        return F.cross_entropy(logits, torch.full_like(logits, 1.0 / logits.shape[1]))
+
+    def replay_steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
+                     param_groups: list[dict], n_iters: int,
+                     trainable: list[torch.Tensor] | None = None,
+                     forget: int | None = None) -> None:
+        """The replay loop: ``n_iters`` steps of a fresh optimizer of the learning type (no
+        scheduler) on :meth:`replay_loss` over ``tasks`` plus, with ``forget=t``,
+        :meth:`uniform_loss` on B^t. The minibatch, ``batch_size`` samples, is split evenly
+        over the buffers used.
+
+        :param param_groups: the optimizer's parameter groups.
+        :param n_iters: the number of steps.
+        :param trainable: float 0/1 tensors shaped like the parameters of ``param_groups`` (in
+            order): only their 1-entries change, and weight decay moves to the gradient
+            (give those groups ``weight_decay=0``). ``None``: every entry is trained.
+        :param forget: a task whose buffer is pushed towards uniform predictions.
+        """
+        if not tasks and forget is None:
+            raise ValueError("replay_steps needs remaining tasks or a task to forget; got "
+                             f"tasks={list(tasks)} and forget=None")
+        net = strategy.model
+        params = [p for group in param_groups for p in group["params"]]
+        optimizer = strategy.fresh_optimizer(param_groups)
+        per_task = max(1, strategy.train_mb_size // (len(tasks) + (forget is not None)))
+        net.train()
+        for _ in range(n_iters):
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.replay_loss(net, tasks, per_task) if tasks else 0.0
+            if forget is not None:
+                loss = loss + self.uniform_loss(net, forget, per_task)
+            loss.backward()
+            if trainable is not None:
+                mask_gradients_(params, trainable, strategy.weight_decay)
+            optimizer.step()
+        net.zero_grad(set_to_none=True)
 
     def retrain(self, strategy: UnlearningTemplate, entries: MaskSet,
                 tasks: Sequence[int]) -> None:
-        """N_f iterations updating only ``entries``: per iteration, for each task τ, CE on a
-        minibatch of B^τ plus β·MSE(f_{θ⊙m_τ}(x'), z') on a second one (batch_size // |Ω|
-        each), averaged over tasks; a fresh optimizer of the learning type, no scheduler."""
+        """PALL's retraining: N_f :meth:`replay_steps` updating only ``entries``; per
+        iteration, for each task τ, CE on a minibatch of B^τ plus β·MSE(f_{θ⊙m_τ}(x'), z') on
+        a second one (batch_size // |Ω| each), averaged over tasks."""
         net: SubnetworkNet = strategy.model
         device = net.weight(HEAD).device
         params = [w for _, w in net.named_weights()]
         trainable = [m.float() for m in entries.bools(device).values()]
-        weight_decay = strategy.weight_decay
-        optimizer = strategy.fresh_optimizer([{"params": params, "weight_decay": 0.0}])
-        per_task = max(1, strategy.train_mb_size // len(tasks))
-        net.train()
-        for _ in range(self.n_retrain_iters):
-            optimizer.zero_grad(set_to_none=True)
-            loss = torch.zeros((), device=device)
-            for task in tasks:
-                x, y, z = self.buffers[task]
-                ce_index = torch.randperm(len(x), device=device)[:per_task]
-                loss = loss + F.cross_entropy(net(x[ce_index], task), y[ce_index])
-                if self.beta:
-                    mse_index = torch.randperm(len(x), device=device)[:per_task]
-                    loss = loss + self.beta * F.mse_loss(net(x[mse_index], task), z[mse_index])
-            (loss / len(tasks)).backward()
-            mask_gradients_(params, trainable, weight_decay)
-            optimizer.step()
-        net.zero_grad(set_to_none=True)
+        self.replay_steps(strategy, tasks, param_groups=[{"params": params, "weight_decay": 0.0}],
+                          n_iters=self.n_retrain_iters, trainable=trainable)

@@ -1,42 +1,143 @@
-"""Tables from result records: Table 1 layout as a pandas frame, Markdown and CSV."""
+"""Tables and figures from result records: the one aggregation path of every paper script.
+
+- :func:`summary_frame` groups records (by method, sweep point, any key) and gives mean, std
+  and worst cases of every metric, PALL's retrained-parameter statistics, timings and model
+  size; :func:`table1_frame` is its Table 1 view.
+- :func:`format_table` turns a summary into the cells of a paper layout ("94.50 ± 0.31",
+  "*Exact* (x)"), :func:`wide_table` spreads a sweep over columns, :func:`to_markdown` /
+  :func:`to_latex` render it, :func:`write_report` writes ``.csv`` + ``.md`` + ``.tex``
+  atomically with a provenance preamble from :func:`provenance`.
+- Figures: :func:`plot_accuracy_heatmaps`, :func:`plot_metrics_vs`,
+  :func:`plot_timing_vs_tasks`.
+
+``python -m pall_avalanche.report RESULTS_DIR --out reports/NAME`` reports every record
+found under a results folder.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
-from collections.abc import Iterable, Sequence
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
-from pall_avalanche.records import write_text_atomic
+from pall_avalanche.records import read_record, write_text_atomic
 from pall_avalanche.strategies import METHODS
 
-__all__ = ["format_mean_std", "markdown_table", "table1_frame", "write_table"]
+__all__ = [
+    "COLUMNS",
+    "format_mean_std",
+    "format_table",
+    "label_rows",
+    "load_records",
+    "main",
+    "markdown_table",
+    "plot_accuracy_heatmaps",
+    "plot_metrics_vs",
+    "plot_timing_vs_tasks",
+    "provenance",
+    "request_timings",
+    "summary_frame",
+    "table1_frame",
+    "to_latex",
+    "to_markdown",
+    "wide_table",
+    "write_report",
+    "write_table",
+]
 
 COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓",
            "F_u_max": "F_u^max ↓"}
+#: Per-unlearning-request statistics a strategy may store (PALL: Table A3).
+STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change")
+_TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
+
+
+def _key(record: Mapping, name: str) -> Any:
+    """A record's field, else its configuration's key (``n_unlearn``, ``alpha`` ...)."""
+    return record[name] if name in record else record["config"].get(name)
+
+
+def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
+                  extra: Mapping[str, Callable[[dict], float | None]] | None = None
+                  ) -> pd.DataFrame:
+    """One row per group of records (``by``: record fields or configuration keys), in order
+    of first appearance: ``label``, ``exact``, ``seeds``, ``<metric>_mean/_std`` of every
+    metric, ``A_l_min`` and ``F_u_max_max`` (worst cases across seeds), ``<stat>_mean/_std``
+    of the strategy's per-request unlearning statistics (pooled over requests and seeds),
+    ``<timing>_mean/_std`` and the largest inference ``model_size_mb``.
+
+    :param records: result records (as written by the runner, optionally with ``point``).
+    :param by: the grouping keys; they become the first columns.
+    :param extra: more per-record values to aggregate, name → function of a record
+        (``None`` skips the record); gives ``<name>_mean/_std``.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(tuple(_key(record, k) for k in by), []).append(record)
+    rows = []
+    for key, runs in groups.items():
+        spec = METHODS.get(runs[0]["method"])
+        row: dict[str, Any] = dict(zip(by, key, strict=True))
+        row["label"] = spec.label if spec else runs[0]["method"]
+        row["exact"] = bool(runs[0].get("exact", False))
+        row["seeds"] = len(runs)
+        summary = summarize_metrics(r["metrics"] for r in runs)
+        del summary["n_runs"]
+        row.update(summary)
+        stats = [s for r in runs for s in (r.get("unlearning_stats") or [])]
+        for name in STAT_NAMES:
+            row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(
+                [float(s[name]) for s in stats if s.get(name) is not None])
+        for name in _TIMINGS:
+            row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(
+                [float(r["timings"][name]) for r in runs if r["timings"].get(name) is not None])
+        for name, value_of in (extra or {}).items():
+            values = [value_of(r) for r in runs]
+            row[f"{name}_mean"], row[f"{name}_std"] = _mean_std(
+                [float(v) for v in values if v is not None])
+        row["model_size_mb"] = max(r["model_size_mb"] for r in runs)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def table1_frame(records: Iterable[dict], methods: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per method: mean and std over seeds of every metric, the worst cases
     (A_l^min, max F_u^max), the largest inference model size and the number of seeds."""
-    by_method: dict[str, list[dict]] = {}
-    for record in records:
-        by_method.setdefault(record["method"], []).append(record)
-    order = list(methods) if methods is not None else list(by_method)
-    rows = []
-    for method in order:
-        runs = by_method.get(method, [])
-        if not runs:
-            continue
-        row = {"method": method, "exact": bool(runs[0].get("exact", False)),
-               "seeds": len(runs)}
-        row.update(summarize_metrics(r["metrics"] for r in runs))
-        del row["n_runs"]
-        row["model_size_mb"] = max(r["model_size_mb"] for r in runs)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    frame = summary_frame(records, ("method",))
+    if frame.empty:
+        return frame
+    order = list(methods) if methods is not None else list(frame["method"])
+    frame = frame.set_index("method").reindex([m for m in order if m in set(frame["method"])])
+    columns = ["exact", "seeds", *[c for n in METRIC_NAMES for c in (f"{n}_mean", f"{n}_std")
+                                   + (("A_l_min",) if n == "A_l" else ())
+                                   + (("F_u_max_max",) if n == "F_u_max" else ())],
+               "model_size_mb"]
+    return frame[columns].reset_index()
+
+
+def label_rows(frame: pd.DataFrame, key: str, symbol: str,
+               methods: Sequence[str] = ("pall",)) -> pd.DataFrame:
+    """A copy with a ``row`` column: the method's label, plus ``" (<symbol>=<value of key>)"``
+    for ``methods`` (e.g. PALL (α=0.2), PALL (β=0.5))."""
+    rows = [f"{label} ({symbol}={value:g})" if method in methods and value is not None
+            else label for label, method, value in zip(frame["label"], frame["method"],
+                                                        frame[key], strict=True)]
+    return frame.assign(row=rows)
 
 
 def format_mean_std(mean: float | None, std: float | None, digits: int = 2) -> str:
@@ -48,23 +149,145 @@ def format_mean_std(mean: float | None, std: float | None, digits: int = 2) -> s
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def format_table(frame: pd.DataFrame, values: Mapping[str, str], *,
+                 index: Mapping[str, str] | None = None, digits: int = 2,
+                 exact_a_u: bool = True) -> pd.DataFrame:
+    """The printed cells of a summary: one string column per entry of ``values``.
+
+    :param frame: from :func:`summary_frame`.
+    :param values: column → header. A column with ``_mean``/``_std`` in the frame prints as
+        mean ± std; any other prints as a number (or as is).
+    :param index: leading label columns, frame column → header (default: ``label`` →
+        ``Method``).
+    :param digits: decimals.
+    :param exact_a_u: print exact methods' A_u as ``*Exact* (x)``.
+    """
+    index = dict(index or {"label": "Method"})
+    out = pd.DataFrame({header: frame[column].astype(str) for column, header in index.items()})
+    for column, header in values.items():
+        cells = []
+        for row in frame.to_dict("records"):
+            if f"{column}_mean" in row:
+                cell = format_mean_std(row[f"{column}_mean"], row.get(f"{column}_std"), digits)
+                if column == "A_u" and exact_a_u and row.get("exact") and cell != "—":
+                    cell = f"*Exact* ({cell})"
+            else:
+                value = row[column]
+                if isinstance(value, bool | np.bool_):
+                    cell = "✓" if value else "✗"
+                elif isinstance(value, str) or value is None:
+                    cell = "—" if value is None else value
+                elif isinstance(value, int | np.integer):
+                    cell = str(int(value))
+                else:
+                    cell = format_mean_std(float(value), None, digits)
+            cells.append(cell)
+        out[header] = cells
+    return out
+
+
+def wide_table(cells: pd.DataFrame, *, row: str, column: str) -> pd.DataFrame:
+    """Spread a formatted table over a sweep: one row per ``row`` value, the value columns
+    repeated per ``column`` value (headers ``"<column value> <header>"``), orders kept."""
+    values = [c for c in cells.columns if c not in (row, column)]
+    rows = list(dict.fromkeys(cells[row]))
+    cols = list(dict.fromkeys(cells[column]))
+    out = pd.DataFrame({row: rows})
+    for col in cols:
+        part = cells[cells[column] == col].set_index(row)
+        for value in values:
+            out[f"{col} {value}"] = [part[value].get(r, "—") if r in part.index else "—"
+                                     for r in rows]
+    return out
+
+
+def to_markdown(cells: pd.DataFrame) -> str:
+    """A GitHub Markdown table of string cells."""
+    header = [str(c) for c in cells.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(v).replace("|", r"\|") for v in row) + " |"
+              for row in cells.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX = {"↑": r"$\uparrow$", "↓": r"$\downarrow$", "±": r"$\pm$", "—": "--", "_": r"\_",
+          "%": r"\%", "&": r"\&", "#": r"\#", "^": r"\^{}", "α": r"$\alpha$", "β": r"$\beta$",
+          "θ̄": r"$\bar{\theta}$", "|": r"$|$", "✓": r"\cmark", "✗": r"\xmark"}
+
+
+def _latex_escape(text: str) -> str:
+    text = text.replace("*Exact*", r"\textit{\textbf{Exact}}")
+    return "".join(_LATEX.get(ch, ch) for ch in text.replace("θ̄", "\x00")).replace(
+        "\x00", r"$\bar{\theta}$")
+
+
+def to_latex(cells: pd.DataFrame, caption: str = "") -> str:
+    """A booktabs ``tabular`` of string cells (the paper's table style), with ``caption`` as
+    a LaTeX comment above it."""
+    spec = "l" + "c" * (len(cells.columns) - 1)
+    lines = [f"% {caption}"] if caption else []
+    lines += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+              " & ".join(_latex_escape(str(c)) for c in cells.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(_latex_escape(str(v)) for v in row) + r" \\"
+              for row in cells.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(records: Sequence[dict], *, title: str, command: str,
+               notes: Sequence[str] = ()) -> str:
+    """The Markdown preamble every report carries: title, exact command, scale (from the
+    records' configurations: a digits or subsampled run is labelled reduced), seeds,
+    hardware and package versions, plus the script's own ``notes``."""
+    if not records:
+        raise ValueError("provenance needs at least one record")
+    configs = [r["config"] for r in records]
+    benchmarks = sorted({c["benchmark"] for c in configs})
+    tasks = sorted({int(c["n_tasks"]) for c in configs})
+    epochs = sorted({int(c["epochs"]) for c in configs})
+    per_task = sorted({str(c.get("train_per_task")) for c in configs})
+    reduced = "digits" in benchmarks or per_task != ["None"]
+    scale = (f"benchmark {', '.join(benchmarks)}; T = {', '.join(map(str, tasks))}; "
+             f"{', '.join(map(str, epochs))} epochs per learning request; train_per_task "
+             f"{', '.join(per_task)}; model {', '.join(sorted({c['model'] for c in configs}))}")
+    scale += (" — a REDUCED CPU-scale run, not the paper's protocol; numbers are not comparable"
+              " to the paper's" if reduced else " — the paper's protocol")
+    seeds = sorted({int(r["seed"]) for r in records})
+    devices = sorted({f"{r['device']['type']} ({r['device']['name']}"
+                      + (f", {r['device']['threads']} threads" if "threads" in r["device"]
+                         else "") + ")" for r in records})
+    versions = records[0].get("versions", {})
+    lines = [f"# {title}", "", f"Command: `{command}`  ", f"Scale: {scale}  ",
+             f"Seeds: {seeds} ({len(records)} runs)  ", f"Hardware: {'; '.join(devices)}  ",
+             "Versions: " + ", ".join(f"{k} {versions[k]}" for k in
+                                      ("torch", "avalanche-lib", "python") if k in versions)
+             + "  "]
+    lines += [f"{note}  " if i < len(notes) - 1 else note for i, note in enumerate(notes)]
+    return "\n".join(lines) + "\n\n"
+
+
+def write_report(stem: str | Path, *, preamble: str, numbers: pd.DataFrame,
+                 cells: pd.DataFrame, caption: str = "") -> str:
+    """Write ``<stem>.csv`` (the numbers), ``<stem>.md`` (preamble + Markdown table) and
+    ``<stem>.tex`` (the preamble as comments + booktabs table), each atomically; return the
+    Markdown."""
+    stem = Path(stem)
+    markdown = preamble + to_markdown(cells)
+    write_text_atomic(stem.with_name(stem.name + ".csv"), numbers.to_csv(index=False))
+    write_text_atomic(stem.with_name(stem.name + ".md"), markdown)
+    comments = "".join(f"% {line}\n" for line in preamble.strip().splitlines() if line.strip())
+    write_text_atomic(stem.with_name(stem.name + ".tex"), comments + to_latex(cells, caption))
+    return markdown
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     """Table 1 as Markdown: exact methods' A_u reads "Exact" with the measured value."""
-    header = ["Method", *COLUMNS.values(), "A_l^min", "Model size (MB)", "Seeds"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in frame.to_dict("records"):
-        spec = METHODS.get(row["method"])
-        cells = [spec.label if spec else row["method"]]
-        for name in METRIC_NAMES:
-            cell = format_mean_std(row[f"{name}_mean"], row[f"{name}_std"])
-            if name == "A_u" and row["exact"] and cell != "—":
-                cell = f"*Exact* ({cell})"
-            cells.append(cell)
-        cells.append(format_mean_std(row["A_l_min"], None))
-        cells.append(f"{row['model_size_mb']:.2f}")
-        cells.append(str(row["seeds"]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    frame = frame.assign(label=[METHODS[m].label if m in METHODS else m
+                                for m in frame["method"]])
+    cells = format_table(frame, {**{n: COLUMNS[n] for n in METRIC_NAMES},
+                                 "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)",
+                                 "seeds": "Seeds"})
+    return to_markdown(cells)
 
 
 def write_table(frame: pd.DataFrame, path_stem: str | Path, preamble: str = "") -> str:
@@ -75,3 +298,185 @@ def write_table(frame: pd.DataFrame, path_stem: str | Path, preamble: str = "") 
     write_text_atomic(stem.with_suffix(".csv"), frame.to_csv(index=False))
     write_text_atomic(stem.with_suffix(".md"), preamble + markdown)
     return markdown
+
+
+def request_timings(record: Mapping, learn_index: int, unlearn_index: int
+                    ) -> tuple[float, float]:
+    """(seconds per epoch of request ``learn_index``, seconds of request ``unlearn_index``)
+    of one record; raises ValueError when those requests are not a learning and an
+    unlearning request."""
+    timings = record["timings"]["per_request"]
+    if not (0 <= learn_index < len(timings) and 0 <= unlearn_index < len(timings)):
+        raise ValueError(f"request indices {learn_index}, {unlearn_index} outside the "
+                         f"{len(timings)} requests of the record")
+    learn, unlearn = timings[learn_index], timings[unlearn_index]
+    if learn["kind"] != "learn" or unlearn["kind"] != "unlearn":
+        raise ValueError(f"request {learn_index} is {learn['kind']!r} and request "
+                         f"{unlearn_index} is {unlearn['kind']!r}; expected learn and unlearn")
+    return float(learn["seconds_per_epoch"]), float(unlearn["seconds"])
+
+
+# ---------------------------------------------------------------------------------- figures
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str = "") -> None:
+    """One heatmap per record (request × task accuracy, requests labelled L3/U1), side by
+    side; written atomically as PNG."""
+    plt = _pyplot()
+    n = len(records)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.4), squeeze=False)
+    for ax, record in zip(axes[0], records, strict=True):
+        acc = np.asarray(record["accuracy"], dtype=float)
+        image = ax.imshow(acc, vmin=0, vmax=100, cmap="viridis", aspect="auto")
+        ax.set_yticks(range(len(record["requests"])),
+                      [("L" if r["kind"] == "learn" else "U") + str(r["task"])
+                       for r in record["requests"]], fontsize=7)
+        ax.set_xticks(range(acc.shape[1]), range(acc.shape[1]), fontsize=7)
+        ax.set_xlabel("task")
+        ax.set_title(f"{record.get('point', '')} {METHODS[record['method']].label} "
+                     f"s{record['seed']}".strip(), fontsize=8)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="accuracy (%)")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
+def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: str | Path,
+                    *, xlabel: str | None = None, title: str = "") -> None:
+    """One panel per metric: mean ± std of ``metric`` against column ``x``, one line per
+    method (or ``row``, see :func:`label_rows`; exact methods solid, others dashed, as in
+    the paper's Fig. 3)."""
+    plt = _pyplot()
+    line_key = "row" if "row" in frame else "method"
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for _, part in frame.groupby(line_key, sort=False):
+            part = part.sort_values(x)
+            mean = part[f"{metric}_mean"].astype(float)
+            std = part[f"{metric}_std"].astype(float).fillna(0.0)
+            ax.errorbar(part[x], mean, yerr=std, marker="o", capsize=3,
+                        linestyle="-" if bool(part["exact"].iloc[0]) else "--",
+                        label=part[line_key if line_key == "row" else "label"].iloc[0])
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(COLUMNS.get(metric, metric))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
+def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str = "") -> None:
+    """Seconds per learning epoch against the number of tasks learned so far (mean over the
+    records of each method)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    by_method: dict[str, list[list[float]]] = {}
+    for record in records:
+        learn = [t["seconds_per_epoch"] for t in record["timings"]["per_request"]
+                 if t["kind"] == "learn"]
+        by_method.setdefault(record["method"], []).append(learn)
+    for method, runs in by_method.items():
+        length = min(len(r) for r in runs)
+        mean = np.mean([r[:length] for r in runs], axis=0)
+        ax.plot(range(1, length + 1), mean, marker="o",
+                linestyle="-" if METHODS[method].exact else "--", label=METHODS[method].label)
+    ax.set_xlabel("task learning request (number of tasks learned)")
+    ax.set_ylabel("seconds per epoch")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buffer.getvalue())
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------------ CLI
+def load_records(results_dir: str | Path) -> list[dict]:
+    """Every result record (``seed*.json``) under ``results_dir``, in path order."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {root} does not exist")
+    records = [read_record(p) for p in sorted(root.rglob("seed*.json"))]
+    return [r for r in records if r is not None]
+
+
+def _settings(records: Sequence[dict]) -> list[dict]:
+    """Label each record with the configuration keys that vary among its method's records."""
+    by_method: dict[str, list[dict]] = {}
+    for record in records:
+        by_method.setdefault(record["method"], []).append(record)
+    out = []
+    for runs in by_method.values():
+        keys = sorted({k for r in runs for k in r["config"]})
+        varying = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True,
+                                                      default=str) for r in runs}) > 1]
+        for r in runs:
+            label = ", ".join(f"{k}={r['config'].get(k)}" for k in varying) or "default"
+            out.append({**r, "point": r.get("point", label)})
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    """``python -m pall_avalanche.report RESULTS_DIR [--out reports/NAME]``: a table (.md,
+    .csv, .tex) of every (method, setting) found, accuracy heatmaps (first seed of each),
+    A_l/F_u against N_u when several N_u were run, and learning time per task."""
+    parser = argparse.ArgumentParser(prog="python -m pall_avalanche.report",
+                                     description=main.__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path, help="folder of result records (seed*.json)")
+    parser.add_argument("--out", type=Path, default=Path("reports/results"),
+                        help="report path stem (default reports/results)")
+    parser.add_argument("--title", default="Results", help="report title")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    records = sorted(_settings(load_records(args.results)),
+                     key=lambda r: (r["method"], str(r["point"]), r["seed"]))
+    if not records:
+        raise ValueError(f"no result records (seed*.json) under {args.results}")
+    frame = summary_frame(records, ("benchmark", "method", "point"))
+    cells = format_table(frame, {n: COLUMNS[n] for n in METRIC_NAMES} | {
+        "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)", "seeds": "Seeds"},
+        index={"benchmark": "Benchmark", "label": "Method", "point": "Setting"})
+    command = "python -m pall_avalanche.report " + shlex.join(argv)
+    figures = [f"{args.out.name}_heatmaps.png", f"{args.out.name}_timing.png"]
+    first = {}
+    for record in records:
+        first.setdefault((record["method"], record["point"]), record)
+    plot_accuracy_heatmaps(list(first.values())[:12], f"{args.out}_heatmaps.png", args.title)
+    plot_timing_vs_tasks(records, f"{args.out}_timing.png", args.title)
+    by_nu = summary_frame(records, ("method", "n_unlearn"))
+    if by_nu["n_unlearn"].nunique() > 1:
+        plot_metrics_vs(by_nu, "n_unlearn", ("A_l", "F_u"), f"{args.out}_vs_nu.png",
+                        xlabel="N_u")
+        figures.append(f"{args.out.name}_vs_nu.png")
+    preamble = provenance(records, title=args.title, command=command,
+                          notes=[f"Figures: {', '.join(figures)}"])
+    markdown = write_report(args.out, preamble=preamble, numbers=frame, cells=cells,
+                            caption=args.title)
+    print(markdown)
+    return markdown
+
+
+if __name__ == "__main__":
+    from pall_avalanche.cli import main_guard
+
+    main_guard(main, prog="python -m pall_avalanche.report")

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import make_strategy, predictions, seq
+from helpers import TINY_VIT, make_strategy, predictions, seq, snapshot
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import MaskSet
@@ -138,3 +138,24 @@ def test_bad_hyper_parameters_fail_clearly():
         pall(alpha=1.5)
     with pytest.raises(ValueError, match=r"buffer_size=5 gives 1 samples per task .* >= 10"):
         pall(buffer_size=5)
+
+
+def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning():
+    strategy, bm, _ = pall("vit_t8", epochs=1, model_kwargs=TINY_VIT)
+    net = strategy.model.net
+    stream = list(RequestStream(bm, seq("L0 L1 U0")))
+    initial = snapshot(net.backbone)
+    strategy.train(stream[0])
+    after_0 = snapshot(net.backbone)
+    for key in ("cls_tokens.0", "pos_embeds.0"):
+        assert not torch.equal(after_0[key], initial[key])         # task 0 trained its own
+    for key in ("cls_tokens.1", "pos_embeds.1", "cls_tokens.4"):
+        assert torch.equal(after_0[key], initial[key])             # nobody else's
+    strategy.train(stream[1])
+    after_1 = snapshot(net.backbone)
+    assert torch.equal(after_1["cls_tokens.0"], after_0["cls_tokens.0"])
+    assert not torch.equal(after_1["cls_tokens.1"], after_0["cls_tokens.1"])
+    strategy.train(stream[2])                                      # unlearn 0
+    after_u = snapshot(net.backbone)
+    assert (after_u["pos_embeds.0"] != after_1["pos_embeds.0"]).all()
+    assert torch.equal(after_u["pos_embeds.1"], after_1["pos_embeds.1"])  # frozen in retraining

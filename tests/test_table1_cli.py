@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pall_avalanche.cli import parse_methods
 from pall_avalanche.records import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,3 +121,12 @@ def test_killed_run_resumes_without_recomputing_or_corruption(tmp_path):
     assert len(list(out.rglob("*.json"))) == 6
     for path, content in finished.items():
         assert path.read_bytes() == content                       # not recomputed
+
+
+def test_method_groups_expand_in_order_without_repeats():
+    assert parse_methods("all") == ["sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp",
+                                    "packnet", "wsn", "pall", "independent"]
+    assert parse_methods("pall,ablations,pall") == ["pall", "er_retrain", "static_sparse",
+                                                    "dynamic_sparse"]
+    with pytest.raises(ValueError, match=r"or the groups all, ablations"):
+        parse_methods(" , ")

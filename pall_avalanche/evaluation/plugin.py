@@ -52,6 +52,8 @@ class RequestEvaluationPlugin(UnlearningPlugin):
         as the paper's reference did).
     """
 
+    checkpoint_attributes = ("accuracy", "timings", "model_sizes_mb")
+
     def __init__(self, test_stream: Sequence[CLExperience], eval_mb_size: int | None = None):
         super().__init__()
         self.test_stream = list(test_stream)

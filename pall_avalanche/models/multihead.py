@@ -59,6 +59,18 @@ class TaskIncrementalNet(MultiTaskModule):
         """The rows of ``head.weight`` that belong to ``task``."""
         return slice(task * self.classes_per_task, (task + 1) * self.classes_per_task)
 
+    def task_parameters(self, task: int) -> list[nn.Parameter]:
+        """Backbone parameters only ``task`` uses (e.g. ViT's per-task tokens); the head rows
+        are not included (they are masked, see :meth:`head_rows`)."""
+        own = getattr(self.backbone, "task_parameters", None)
+        return own(task) if own is not None else []
+
+    def reset_task_parameters_(self, task: int) -> None:
+        """Re-draw the parameters of :meth:`task_parameters` from their initialisation."""
+        reset = getattr(self.backbone, "reset_task_parameters_", None)
+        if reset is not None and self.task_parameters(task):
+            reset(task)
+
     def features(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
         if getattr(self.backbone, "task_aware", False):
             return self.backbone(x, task_labels)

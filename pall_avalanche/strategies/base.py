@@ -29,6 +29,7 @@ from avalanche.training.utils import trigger_plugins
 from torch import nn
 from torch.optim import Optimizer
 
+from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
 
@@ -37,8 +38,12 @@ __all__ = ["LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
 LR_SCHEDULES = ("constant", "cosine")
 
 
-class UnlearningPlugin(SupervisedPlugin):
-    """A supervised plugin that can also react to unlearning requests."""
+class UnlearningPlugin(SupervisedPlugin, Stateful):
+    """A supervised plugin that can also react to unlearning requests.
+
+    Stateful plugins list what outlives a request in ``checkpoint_attributes``
+    (:class:`~pall_avalanche.checkpoint.Stateful`: ``state_dict`` / ``load_state_dict``).
+    """
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         """Called before ``task`` leaves ``strategy.active_tasks``."""
@@ -60,8 +65,12 @@ class _CosineEpochSchedule(UnlearningPlugin):
             group["lr"] = base * factor
 
 
-class UnlearningTemplate(SupervisedTemplate):
+class UnlearningTemplate(SupervisedTemplate, Stateful):
     """Avalanche supervised template with task unlearning.
+
+    Between requests its whole state is :meth:`checkpoint_state`: the model's
+    ``state_dict``, the strategy's ``checkpoint_attributes`` (subclasses add theirs) and every
+    stateful plugin's ``state_dict`` (optimizers are fresh per request and not saved).
 
     Takes every keyword argument of ``SupervisedTemplate`` (keyword-only), plus:
 
@@ -70,6 +79,11 @@ class UnlearningTemplate(SupervisedTemplate):
     """
 
     PLUGIN_CLASS = UnlearningPlugin
+    checkpoint_attributes = ("active_tasks", "clock.train_iterations", "clock.train_exp_counter",
+                             "clock.total_iterations")
+    #: Whether the method wants per-task token parameters in backbones that have them
+    #: (ViT's CLS token and positional embedding; protocol §4: the subnetwork methods).
+    per_task_tokens: bool = False
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
@@ -153,6 +167,34 @@ class UnlearningTemplate(SupervisedTemplate):
         """Adapt the model to the experience, then build the request's fresh optimizer."""
         self.model = self.model_adaptation()
         self.make_optimizer()
+
+    # --------------------------------------------------------------- checkpoints
+    def _stateful_plugins(self) -> dict[str, Stateful]:
+        """Position:class → every plugin with checkpoint attributes (stateless ones, such as
+        a progress or kill-switch plugin, may differ between the saved and the resumed run)."""
+        return {f"{i}:{type(p).__name__}": p for i, p in enumerate(self.plugins)
+                if isinstance(p, Stateful) and p.all_checkpoint_attributes()}
+
+    def checkpoint_state(self) -> dict:
+        """The strategy's state between requests, as plain data: ``model`` (its
+        ``state_dict``), ``strategy`` (:meth:`state_dict`) and ``plugins`` (position:class →
+        ``state_dict``)."""
+        return {"model": self.model.state_dict(), "strategy": self.state_dict(),
+                "plugins": {key: p.state_dict() for key, p in self._stateful_plugins().items()}}
+
+    def restore_checkpoint_state(self, state: dict) -> None:
+        """Restore :meth:`checkpoint_state` into a strategy built like the saved one.
+
+        :param state: what :meth:`checkpoint_state` returned.
+        """
+        plugins = self._stateful_plugins()
+        if sorted(plugins) != sorted(state["plugins"]):
+            raise ValueError(f"the checkpoint's plugins {sorted(state['plugins'])} differ from "
+                             f"this strategy's {sorted(plugins)}")
+        self.model.load_state_dict(state["model"])
+        self.load_state_dict(state["strategy"])
+        for key, plugin in plugins.items():
+            plugin.load_state_dict(state["plugins"][key])
 
     # --------------------------------------------------------------- model size
     def inference_size(self) -> tuple[int, int]:

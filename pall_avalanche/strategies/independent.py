@@ -80,5 +80,18 @@ class Independent(UnlearningTemplate):
     def _unlearn(self, task: int) -> None:
         self.model.remove_task(task)
 
+    def checkpoint_state(self) -> dict:
+        """The template's state plus which tasks have a model (they are re-created, then
+        loaded, on restore)."""
+        return {**super().checkpoint_state(),
+                "task_models": [int(key) for key in self.model.task_models]}
+
+    def restore_checkpoint_state(self, state: dict) -> None:
+        for key in list(self.model.task_models):
+            self.model.remove_task(int(key))
+        for task in state["task_models"]:
+            self.model.add_task(task).to(self.device)
+        super().restore_checkpoint_state(state)
+
     def inference_size(self) -> tuple[int, int]:
         return count_parameters(self.model.task_models), 0

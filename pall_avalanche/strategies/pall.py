@@ -15,18 +15,13 @@ from torch import nn
 
 from pall_avalanche.masks import MaskSet, RetrainingLedger, SubnetworkNet
 from pall_avalanche.models import count_parameters
-from pall_avalanche.plugins import (
-    MaskFreezingPlugin,
-    RehearsalPlugin,
-    WeightResettingPlugin,
-    redraw_,
-)
-from pall_avalanche.strategies.base import UnlearningTemplate
+from pall_avalanche.plugins import RehearsalPlugin, WeightResettingPlugin, redraw_
+from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
 
 __all__ = ["PALL"]
 
 
-class PALL(UnlearningTemplate):
+class PALL(SubnetworkStrategy):
     """PALL as an Avalanche strategy.
 
     :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` (any backbone of
@@ -37,38 +32,41 @@ class PALL(UnlearningTemplate):
     :param n_retrain_iters: N_f, retraining iterations after an unlearning request (50).
     :param beta: β, weight of the DER++ logit (MSE) term in retraining (0.5; 0 = plain ER).
     :param buffer_size: total episodic memory, split a priori over the model's T tasks (500).
+    :param buffer_selection: how the buffer's samples are chosen (``random``, the paper's
+        default; see :data:`~pall_avalanche.plugins.SELECTIONS`, Table A4).
+    :param strict_cascade: strict option closing a channel of protocol §5.4 (default False,
+        the paper's PALL): unlearning t also re-draws, and retrains from the remaining
+        buffers, the own entries of every remaining task learned after t (entries trained
+        while t's weights were in the forward pass; :meth:`cascade_set`). With ``beta=0`` no
+        logits are computed or stored (the stored-logit channel closes too).
     """
+
+    checkpoint_attributes = ("learning_order", "unlearning_stats", "ledger.events")
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, alpha: float,
                  n_retrain_iters: int = 50, beta: float = 0.5, buffer_size: int = 500,
-                 plugins=None, **kwargs) -> None:
-        net = model if isinstance(model, SubnetworkNet) else SubnetworkNet(model, alpha)
-        self.freezing = MaskFreezingPlugin(float(optimizer.defaults.get("weight_decay", 0.0)))
+                 buffer_selection: str = "random", strict_cascade: bool = False, plugins=None,
+                 **kwargs) -> None:
+        if not isinstance(strict_cascade, bool):
+            raise ValueError(f"strict_cascade={strict_cascade!r} must be true or false")
+        self.strict_cascade = strict_cascade
+        net = as_subnetwork_net(model, alpha)
         self.resetting = WeightResettingPlugin(redraw_unused=True)
         self.rehearsal = RehearsalPlugin(
             buffer_size=buffer_size, n_tasks=net.net.n_tasks,
             classes_per_task=net.net.classes_per_task, beta=beta,
-            n_retrain_iters=n_retrain_iters,
+            n_retrain_iters=n_retrain_iters, selection=buffer_selection,
+            store_logits=bool(beta),
         )
         self.ledger = RetrainingLedger()
         self.learning_order: list[int] = []
         self.unlearning_stats: list[dict] = []
-        super().__init__(model=net, optimizer=optimizer,
-                         plugins=[self.freezing, self.resetting, self.rehearsal,
-                                  *(plugins or [])], **kwargs)
+        super().__init__(model=net, optimizer=optimizer, alpha=alpha,
+                         plugins=[self.resetting, self.rehearsal, *(plugins or [])], **kwargs)
 
-    def model_adaptation(self, model=None):
-        model = super().model_adaptation(model)
-        if self.is_training:
-            task = self.experience.task_label
-            self.model.start_learning(task)
-            self.learning_order.append(task)
-        return model
-
-    def optimizer_param_groups(self) -> list[dict]:
-        weights = [w for _, w in self.model.named_weights()]
-        return [{"params": weights, "weight_decay": 0.0},
-                {"params": list(self.model.scores), "weight_decay": 0.0}]
+    def start_task(self, task: int) -> None:
+        super().start_task(task)
+        self.learning_order.append(task)
 
     def forget_set(self, task: int) -> MaskSet:
         """m̄_t = (m_t ∧ ¬P) ∪ (m_t ∧ entries retrained with B^t), P = OR of the masks of the
@@ -80,15 +78,34 @@ class PALL(UnlearningTemplate):
         return (mask - net.cumulative_mask(earlier)) | (
             mask & self.ledger.updated_with(task, net.shapes))
 
+    def cascade_set(self, task: int) -> MaskSet:
+        """The own entries of the remaining tasks learned after t: for each such τ,
+        m_τ minus the masks of the tasks learned before τ (t's included). They were trained
+        while t's weights were in the forward pass (a superset where τ never used t's
+        entries: re-drawing more is safe)."""
+        net: SubnetworkNet = self.model
+        position = self.learning_order.index(task)
+        out = MaskSet.empty(net.shapes)
+        for i, later in enumerate(self.learning_order[position + 1:], start=position + 1):
+            out = out | (net.masks[later] - net.cumulative_mask(self.learning_order[:i]))
+        return out
+
+    def redraw_set(self, task: int) -> MaskSet:
+        """Every entry unlearning ``task`` re-draws: :meth:`forget_set`, plus
+        :meth:`cascade_set` with ``strict_cascade``."""
+        forget = self.forget_set(task)
+        return forget | self.cascade_set(task) if self.strict_cascade else forget
+
     def _unlearn(self, task: int) -> None:
         net: SubnetworkNet = self.model
-        forget = self.forget_set(task)
+        forget = self.redraw_set(task)
         remaining = net.cumulative_mask(self.active_tasks)
         retrain = forget & remaining
         before = {n: w.detach().clone() for n, w in net.named_weights()}
         net.remove_mask(task)
         self.learning_order.remove(task)
         redraw_(net, forget)
+        net.net.reset_task_parameters_(task)
         if self.active_tasks and self.rehearsal.n_retrain_iters and retrain.count():
             self.rehearsal.retrain(self, retrain, self.active_tasks)
             self.ledger.record(retrain, self.active_tasks)
@@ -112,7 +129,3 @@ class PALL(UnlearningTemplate):
             "retrained_fraction": n_retrained / count_parameters(net.net),
             "retrained_mean_abs_change": change / n_retrained if n_retrained else None,
         })
-
-    def inference_size(self) -> tuple[int, int]:
-        net: SubnetworkNet = self.model
-        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * len(net.masks)

@@ -7,7 +7,8 @@ Adding a method is one module with its strategy plus one :func:`register_method`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from avalanche.core import BasePlugin
@@ -30,6 +31,11 @@ class MethodSpec:
     :param exact: whether unlearning is exact (Table 1 reports A_u as "Exact").
     :param params: configuration keys passed to the strategy as keyword arguments.
     :param label: the name printed in tables.
+    :param optional: configuration keys passed as keyword arguments when the configuration
+        has them (the strategy's default otherwise).
+    :param config: configuration values this method (a variant) sets: applied over the
+        global keys and under the configuration's own ``methods`` entry by
+        :func:`~pall_avalanche.config.resolve_method_config`, so records show them.
     """
 
     name: str
@@ -37,14 +43,20 @@ class MethodSpec:
     exact: bool
     params: tuple[str, ...] = ()
     label: str = ""
+    optional: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 METHODS: dict[str, MethodSpec] = {}
 
 
 def register_method(name: str, strategy: type[UnlearningTemplate], *, exact: bool,
-                    params: Sequence[str] = (), label: str | None = None) -> MethodSpec:
-    spec = MethodSpec(name, strategy, exact, tuple(params), label or name)
+                    params: Sequence[str] = (), label: str | None = None,
+                    optional: Sequence[str] = (), config: Mapping[str, Any] | None = None
+                    ) -> MethodSpec:
+    """Register a method (see :class:`MethodSpec` for the arguments)."""
+    spec = MethodSpec(name, strategy, exact, tuple(params), label or name, tuple(optional),
+                      dict(config or {}))
     METHODS[name] = spec
     return spec
 
@@ -82,4 +94,5 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
         plugins=list(plugins),
         evaluator=EvaluationPlugin(loggers=[]),
         **{k: config[k] for k in spec.params},
+        **{k: config[k] for k in spec.optional if k in config},
     )

@@ -1,0 +1,240 @@
+"""Per-request checkpoints: plain state dicts of strategies and plugins, RNG states, files.
+
+The mechanism is Lightning's, on Avalanche objects: every stateful piece (plugin, strategy)
+derives from :class:`Stateful` and lists the attributes that make its state in
+``checkpoint_attributes`` (dotted paths reach into owned objects: ``"ledger.events"``);
+:meth:`Stateful.state_dict` encodes them into plain values (tensors, numbers, strings, lists,
+tuples, sets, dicts) and :meth:`Stateful.load_state_dict` writes them back. Lists and dicts are
+refilled in place (so references and ``defaultdict`` types survive), ``nn.Module`` attributes
+and objects with ``load_state_dict`` load in place; everything else is re-assigned.
+Subclasses extend their parents' lists: the attributes of every class in the MRO are saved.
+
+A checkpoint file (:func:`save_checkpoint`) loads with ``torch.load(..., weights_only=True)``;
+:func:`capture_rng_state` / :func:`restore_rng_state` cover Python, NumPy, torch CPU and CUDA.
+Tensors keep their device: resume on the device the run started on.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from avalanche.training.utils import ParamData
+from torch import nn
+
+from pall_avalanche.masks import MaskSet
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "Stateful",
+    "capture_rng_state",
+    "decode_state",
+    "encode_state",
+    "load_checkpoint",
+    "restore_rng_state",
+    "save_checkpoint",
+]
+
+CHECKPOINT_FORMAT = 1
+_KIND = "__kind__"
+
+
+def encode_state(value: Any, *, where: str = "value") -> Any:
+    """``value`` as plain, ``weights_only``-loadable data.
+
+    Tensors are detached copies; :class:`~pall_avalanche.masks.MaskSet`, Avalanche
+    ``ParamData`` and ``nn.Module`` (its ``state_dict``) become tagged dicts; dicts, lists,
+    tuples and sets are encoded entry by entry; numbers, strings and ``None`` stay.
+
+    :param value: the value to encode.
+    :param where: its name, for the error raised on an unsupported type.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, MaskSet):
+        return {_KIND: "mask_set", "shapes": {n: list(s) for n, s in value.shapes.items()},
+                "packed": dict(value.packed)}
+    if isinstance(value, ParamData):
+        return {_KIND: "param_data", "name": value.name, "data": value.data.detach().clone()}
+    if isinstance(value, nn.Module):
+        return {_KIND: "module", "state": value.state_dict()}
+    if isinstance(value, Mapping):
+        return {key: encode_state(item, where=f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [encode_state(item, where=f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else type(value)(items)
+    raise TypeError(f"{where} of type {type(value).__name__} cannot be checkpointed; valid: "
+                    "tensors, numbers, strings, None, MaskSet, ParamData, nn.Module and "
+                    "dicts/lists/tuples/sets of them")
+
+
+def decode_state(value: Any, *, where: str = "value") -> Any:
+    """The inverse of :func:`encode_state` (modules excepted: they load into an existing
+    module, see :meth:`Stateful.load_state_dict`).
+
+    :param value: the encoded value.
+    :param where: its name, for error messages.
+    """
+    if isinstance(value, Mapping):
+        kind = value.get(_KIND)
+        if kind == "mask_set":
+            return MaskSet({n: torch.Size(s) for n, s in value["shapes"].items()},
+                           value["packed"])
+        if kind == "param_data":
+            data = value["data"]
+            return ParamData(value["name"], init_tensor=data, device=data.device)
+        if kind == "module":
+            raise ValueError(f"{where} holds a module's state but there is no module to load "
+                             "it into; create the module before restoring")
+        return {key: decode_state(item, where=f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [decode_state(item, where=f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else type(value)(items)
+    return value
+
+
+def _owner(obj: object, path: str) -> tuple[object, str]:
+    """The object holding the last component of a dotted attribute path, and that name."""
+    *parents, name = path.split(".")
+    for parent in parents:
+        obj = getattr(obj, parent)
+    return obj, name
+
+
+class Stateful:
+    """A mixin: ``state_dict()`` / ``load_state_dict()`` over ``checkpoint_attributes``.
+
+    Declare ``checkpoint_attributes = ("buffers", "ledger.events", ...)`` on the class; the
+    attributes of the parent classes are included automatically.
+    """
+
+    checkpoint_attributes: tuple[str, ...] = ()
+
+    @classmethod
+    def all_checkpoint_attributes(cls) -> list[str]:
+        """The attribute paths saved, parents' first, each once."""
+        out: list[str] = []
+        for klass in reversed(cls.__mro__):
+            for path in vars(klass).get("checkpoint_attributes", ()):
+                if path not in out:
+                    out.append(path)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The encoded values of the checkpoint attributes (plain data)."""
+        out = {}
+        for path in self.all_checkpoint_attributes():
+            owner, name = _owner(self, path)
+            out[path] = encode_state(getattr(owner, name), where=f"{type(self).__name__}.{path}")
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        :param state: attribute path → encoded value; it must name exactly this class's
+            checkpoint attributes.
+        """
+        expected = self.all_checkpoint_attributes()
+        if sorted(state) != sorted(expected):
+            raise ValueError(f"the state of {type(self).__name__} has keys {sorted(state)}; "
+                             f"expected {sorted(expected)}")
+        for path in expected:
+            owner, name = _owner(self, path)
+            restore_attribute(owner, name, state[path], where=f"{type(self).__name__}.{path}")
+
+
+def restore_attribute(owner: object, name: str, encoded: Any, *, where: str) -> None:
+    """Write an encoded value back into ``owner.<name>`` (in place where possible).
+
+    :param owner: the object holding the attribute.
+    :param name: the attribute's name.
+    :param encoded: the value as :func:`encode_state` returned it.
+    :param where: the attribute's full name, for error messages.
+    """
+    current = getattr(owner, name, None)
+    is_module_state = isinstance(encoded, Mapping) and encoded.get(_KIND) == "module"
+    if is_module_state:
+        if not isinstance(current, nn.Module):
+            raise ValueError(f"{where} holds a module's state but the attribute is "
+                             f"{type(current).__name__}; create the module before restoring")
+        current.load_state_dict(encoded["state"])
+        return
+    value = decode_state(encoded, where=where)
+    if isinstance(current, dict) and isinstance(value, dict):
+        current.clear()
+        current.update(value)
+    elif isinstance(current, list) and isinstance(value, list):
+        current[:] = value
+    else:
+        setattr(owner, name, value)
+
+
+# ----------------------------------------------------------------------- RNG
+def capture_rng_state() -> dict[str, Any]:
+    """The states of Python's, NumPy's and torch's (CPU, and every CUDA device if CUDA is
+    initialised) global random number generators, as plain data."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"name": name, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`capture_rng_state` returned.
+
+    :param state: the captured states.
+    """
+    random.setstate(state["python"])
+    numpy = state["numpy"]
+    np.random.set_state((numpy["name"], numpy["key"].numpy().astype(np.uint32), numpy["pos"],
+                         numpy["has_gauss"], numpy["gauss"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+# ---------------------------------------------------------------------- files
+def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
+    """``torch.save`` ``state`` to ``path`` atomically (temporary file in the same folder,
+    fsync, rename): a kill leaves the previous checkpoint or the new one, never a mix.
+
+    :param path: the checkpoint file.
+    :param state: plain data (see :func:`encode_state`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(dict(state), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, loaded with ``weights_only=True``.
+
+    :param path: the checkpoint file.
+    """
+    state = torch.load(path, weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a checkpoint of format {CHECKPOINT_FORMAT}")
+    return state

@@ -1,0 +1,196 @@
+"""The one path every paper script takes: parse → grid of configuration overrides × methods ×
+seeds → records (:func:`~pall_avalanche.runner.run_experiments`, resumable) → frame →
+report (:mod:`pall_avalanche.report`).
+
+A script in ``benchmarks/`` declares its sweep as :class:`GridPoint` objects and its table
+layout; parsing, configuration defaults the user did not override, running and writing the
+report with its provenance preamble are here, so no script has a run loop of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pall_avalanche.cli import (
+    FLAG_KEYS,
+    add_run_arguments,
+    config_from_args,
+    parse_methods,
+    run_options,
+)
+from pall_avalanche.config import apply_overrides, parse_override
+from pall_avalanche.report import provenance, write_report
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runner import run_experiments
+from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
+
+__all__ = [
+    "CONFIG_DIR",
+    "GridPoint",
+    "ScriptRun",
+    "finish_report",
+    "run_grid",
+    "script_parser",
+    "start_script",
+]
+
+#: ``benchmarks/configs`` of the repository.
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "configs"
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One setting of a sweep.
+
+    :param label: how the table names the setting (``"N_f=10"``, ``"buffer 200"``).
+    :param overrides: configuration keys set for this setting (dotted keys allowed).
+    :param methods: the methods run at this setting (``None``: the script's methods).
+    :param requests: a fixed request sequence for every seed (``None``: generated per seed).
+    """
+
+    label: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    methods: Sequence[str] | None = None
+    requests: RequestSequence | list | None = None
+
+
+@dataclass
+class ScriptRun:
+    """A parsed script invocation.
+
+    :param args: the parsed arguments.
+    :param methods: the methods selected with ``--methods``.
+    :param config: the configuration (file + flags + ``--set`` + script defaults).
+    :param seeds: the seeds to run.
+    :param requests: a replayed request sequence (``--requests``) or ``None``.
+    :param command: the exact command line, for the report's preamble.
+    :param explicit: configuration keys the user set on the command line.
+    """
+
+    args: argparse.Namespace
+    methods: list[str]
+    config: dict[str, Any]
+    seeds: list[int]
+    requests: RequestSequence | None
+    command: str
+    explicit: set[str]
+
+    def default(self, key: str, value: Any) -> None:
+        """Set configuration ``key`` to the script's default unless the user set it."""
+        if key not in self.explicit:
+            self.config[key] = value
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self.config["n_tasks"])
+
+    def pick(self, methods: Sequence[str]) -> list[str]:
+        """``methods`` restricted to (and in the order of) those the user selected."""
+        return [m for m in methods if m in self.methods]
+
+
+def script_parser(doc: str, *, name: str, default_methods: Sequence[str]
+                  ) -> argparse.ArgumentParser:
+    """The common arguments of a paper script (:func:`~pall_avalanche.cli.add_run_arguments`),
+    records under ``results/<name>``, and the script's default methods."""
+    parser = argparse.ArgumentParser(prog=f"{name}.py", description=doc.split("\n\n")[0],
+                                     epilog=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser, default_out=f"results/{name}")
+    parser.set_defaults(methods=",".join(default_methods))
+    return parser
+
+
+def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, script: str
+                 ) -> ScriptRun:
+    """Parse ``argv`` and build the configuration.
+
+    :param parser: from :func:`script_parser`, plus the script's own sweep flags.
+    :param argv: the arguments (``None``: ``sys.argv[1:]``).
+    :param script: the script's path as run (``benchmarks/fig3.py``), for the preamble.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    methods = parse_methods(args.methods)
+    config, seeds, requests = config_from_args(args, CONFIG_DIR)
+    explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
+    explicit |= {parse_override(text)[0] for text in args.overrides}
+    command = f"python {script} {shlex.join(argv)}".strip()
+    return ScriptRun(args, methods, config, seeds, requests, command, explicit)
+
+
+def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
+             progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Run (or reuse) every record of ``points`` × methods × seeds and return them in that
+    order, each a copy with ``"point"`` (the label) and ``"point_overrides"`` added.
+
+    Keys the user set on the command line win over a point's overrides, so every key stays
+    overridable; a point whose methods are all deselected is skipped.
+
+    :param points: the sweep.
+    :param run: the parsed invocation (configuration, seeds, device, ``--out``).
+    :param progress: called with each point's label before it runs.
+    """
+    labels = [p.label for p in points]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"grid point labels must be distinct, got {labels}")
+    records = []
+    for point in points:
+        methods = run.pick(point.methods) if point.methods is not None else run.methods
+        if not methods:
+            continue
+        overrides = {k: v for k, v in point.overrides.items() if k not in run.explicit}
+        config = apply_overrides(run.config, overrides.items())
+        if progress is not None:
+            progress(point.label)
+        requests = point.requests if point.requests is not None else run.requests
+        for record in run_experiments(methods, run.seeds, config, run.args.out,
+                                      requests=requests, **run_options(run.args)):
+            records.append({**record, "point": point.label,
+                            "point_overrides": dict(point.overrides)})
+    if not records:
+        raise ValueError(f"no run selected: methods {run.methods} match no grid point's "
+                         "methods")
+    return records
+
+
+def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: str,
+                  numbers: pd.DataFrame, cells: pd.DataFrame, notes: Sequence[str] = (),
+                  figures: Mapping[str, Callable[[str], None]] | None = None) -> str:
+    """Write ``<report-dir>/<name>_<benchmark>.{md,csv,tex}`` (and each figure as
+    ``<stem><suffix>.png`` via ``figures[suffix](path)``) with the provenance preamble;
+    print and return the Markdown.
+
+    :param run: the invocation (report folder, command).
+    :param records: the records behind the table (scale, seeds, hardware come from them).
+    :param name: the script's name.
+    :param title: the report's title (names the paper's table or figure).
+    :param numbers: the unformatted frame (the CSV).
+    :param cells: the formatted table.
+    :param notes: lines for the preamble (scaling decisions, what the paper uses).
+    :param figures: file-name suffix → function writing the figure to a path.
+    """
+    stem = Path(run.args.report_dir) / f"{name}_{run.config['benchmark']}"
+    written = []
+    for suffix, draw in (figures or {}).items():
+        path = f"{stem}{suffix}.png"
+        draw(path)
+        written.append(Path(path).name)
+    notes = [*notes, f"Records: `{run.args.out}`"]
+    if written:
+        notes.append(f"Figures: {', '.join(written)}")
+    preamble = provenance(records, title=title, command=run.command, notes=notes)
+    markdown = write_report(stem, preamble=preamble, numbers=numbers, cells=cells,
+                            caption=title)
+    log_table(WandbSettings.from_args(run.args), stem.name, numbers, config=run.config,
+              markdown=markdown, group=default_group(run.config))
+    print(markdown)
+    return markdown

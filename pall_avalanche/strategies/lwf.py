@@ -1,0 +1,211 @@
+"""LwF: learning without forgetting, with a head-only warm-up and removable distillation targets.
+
+Pieces (LSF reuses all of them):
+
+- :class:`TaskLwFPlugin`: Avalanche's ``LwFPlugin`` whose regulariser
+  (:class:`ActiveTaskLwF`, a ``LearningWithoutForgetting``) distils only the tasks still in
+  ``prev_classes_by_task`` (the active ones), with the previous model frozen; unlearning a task
+  deletes its entry, so no distillation term refers to it.
+- :class:`HeadWarmupTemplate`: the first half of a learning request's epochs trains only the
+  new task's head rows (the warm-up of the original LwF), the second half trains everything
+  with a fresh optimizer.
+- :class:`LwF`: the two together; unlearning changes no parameter (inexact).
+
+Avalanche's own ``_lwf_penalty`` calls ``model(x, None)``, which our multi-head network does not
+accept, and runs one forward per old task; :func:`task_logits` runs the backbone once and
+slices each task's head block instead.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from avalanche.training.plugins import LwFPlugin
+from avalanche.training.regularization import LearningWithoutForgetting
+from torch import nn
+from torch.nn import functional as F
+
+from pall_avalanche.masks import mask_gradients_
+from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+from pall_avalanche.strategies.ewc import check_non_negative
+
+__all__ = ["ActiveTaskLwF", "HeadWarmupTemplate", "LwF", "TaskLwFPlugin", "task_logits"]
+
+
+def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> list[torch.Tensor]:
+    """The logits of each task in ``tasks`` on the same inputs ``x``. A
+    :class:`TaskIncrementalNet` whose features do not depend on the task (a task-agnostic
+    backbone, or one without per-task parameters) computes the features once."""
+    if isinstance(model, TaskIncrementalNet) and (
+            not getattr(model.backbone, "task_aware", False)
+            or not any(model.task_parameters(t) for t in tasks)):
+        features = model.features(x, tasks[0])
+        return [F.linear(features, model.head.weight[model.head_rows(t)]) for t in tasks]
+    return [model(x, t) for t in tasks]
+
+
+class ActiveTaskLwF(LearningWithoutForgetting):
+    """Avalanche's LwF regulariser over the tasks of ``prev_classes_by_task`` only.
+
+    Penalty: ``alpha · Σ_τ KL(softmax(z_prev,τ / T) ‖ softmax(z_τ / T))`` (batch mean) over the
+    distilled tasks τ, on the current inputs, where z_prev comes from the model saved after the
+    last learning request.
+
+    :param alpha: weight of the distillation term.
+    :param temperature: softmax temperature T.
+    """
+
+    def _lwf_penalty(self, out: torch.Tensor, x: torch.Tensor, curr_model: nn.Module):
+        tasks = list(self.prev_classes_by_task)
+        if self.prev_model is None or not tasks:
+            return 0
+        with torch.no_grad():
+            previous = task_logits(self.prev_model, x, tasks)
+        current = task_logits(curr_model, x, tasks)
+        return sum(self._distillation_loss(c, p, self.prev_classes_by_task[t])
+                   for t, c, p in zip(tasks, current, previous, strict=True))
+
+    def post_adapt(self, agent, exp) -> None:
+        """Avalanche's update (copy the model, add the experience's classes), then freeze the
+        copy."""
+        super().post_adapt(agent, exp)
+        self._freeze_teacher()
+
+    def set_previous_model(self, model: nn.Module) -> None:
+        """Store a frozen copy of ``model`` (eval mode, no gradients) as the teacher."""
+        self.prev_model = copy.deepcopy(model)
+        self._freeze_teacher()
+
+    def _freeze_teacher(self) -> None:
+        self.prev_model.eval().zero_grad(set_to_none=True)
+        self.prev_model.requires_grad_(False)
+
+
+class TaskLwFPlugin(LwFPlugin, UnlearningPlugin):
+    """Avalanche's ``LwFPlugin`` with :class:`ActiveTaskLwF` and task forgetting.
+
+    The penalty is skipped while ``strategy.head_only`` is true: during the head-only warm-up
+    the old tasks' outputs cannot change, so the term and its gradient are zero.
+
+    :param alpha: weight of the distillation term (config key ``lwf_alpha``).
+    :param temperature: distillation temperature (config key ``lwf_temperature``).
+    """
+
+    checkpoint_attributes = ("lwf.prev_classes_by_task", "lwf.expcount", "lwf.prev_model")
+
+    def __init__(self, alpha: float = 1.0, temperature: float = 2.0) -> None:
+        check_non_negative(lwf_alpha=alpha)
+        if temperature <= 0:
+            raise ValueError(f"lwf_temperature={temperature} is invalid; it must be > 0")
+        super().__init__(alpha, temperature)
+        self.lwf = ActiveTaskLwF(alpha, temperature)
+
+    @property
+    def targets(self) -> dict[int, set]:
+        """Distilled tasks → their classes."""
+        return dict(self.lwf.prev_classes_by_task)
+
+    def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        if not getattr(strategy, "head_only", False):
+            strategy.loss += self.lwf(strategy.mb_x, strategy.mb_output, strategy.model)
+
+    def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
+        self.forget(task)
+
+    def forget(self, task: int) -> None:
+        """Stop distilling ``task``."""
+        del self.lwf.prev_classes_by_task[task]
+
+
+class HeadWarmupTemplate(UnlearningTemplate):
+    """A learning request in two phases (LwF, LSF; paper appendix): the first
+    ``train_epochs // 2`` epochs train only the new task's head rows (every other parameter and
+    head row frozen, weight decay on those rows only), the remaining epochs train every
+    parameter with a fresh optimizer. ``head_only`` tells plugins which phase runs.
+
+    Takes every keyword argument of :class:`UnlearningTemplate`; ``model`` must be a
+    :class:`TaskIncrementalNet`.
+    """
+
+    def __init__(self, *, model: nn.Module, **kwargs) -> None:
+        if not isinstance(model, TaskIncrementalNet):
+            raise ValueError(
+                f"{type(self).__name__} needs a TaskIncrementalNet (per-task head rows), got "
+                f"{type(model).__name__}"
+            )
+        super().__init__(model=model, **kwargs)
+        self.head_only = False
+        self._frozen: list[nn.Parameter] = []
+        self._rows = torch.zeros(())
+
+    @property
+    def warmup_epochs(self) -> int:
+        """Epochs of the head-only phase of each learning request."""
+        return self.train_epochs // 2
+
+    def make_optimizer(self, **kwargs) -> None:
+        if self.warmup_epochs == 0:
+            super().make_optimizer(**kwargs)
+            return
+        head = self.model.head.weight
+        self._frozen = [p for p in self.model.parameters() if p.requires_grad and p is not head]
+        for p in self._frozen:
+            p.requires_grad_(False)
+        self._rows = torch.zeros_like(head)
+        self._rows[self.model.head_rows(self.experience.task_label)] = 1.0
+        self.optimizer = self.fresh_optimizer([{"params": [head], "weight_decay": 0.0}])
+        self.head_only = True
+
+    def _end_head_only(self) -> None:
+        for p in self._frozen:
+            p.requires_grad_(True)
+        self._frozen = []
+        self.head_only = False
+
+    def _before_training_epoch(self, **kwargs) -> None:
+        # before the plugins run, so a learning-rate schedule sees the new optimizer
+        if self.head_only and self.clock.train_exp_epochs >= self.warmup_epochs:
+            self._end_head_only()
+            super().make_optimizer()
+        super()._before_training_epoch(**kwargs)
+
+    def _after_backward(self, **kwargs) -> None:
+        if self.head_only:
+            mask_gradients_([self.model.head.weight], [self._rows], self.weight_decay)
+        super()._after_backward(**kwargs)
+
+    def _after_training_exp(self, **kwargs) -> None:
+        if self.head_only:
+            self._end_head_only()
+        super()._after_training_exp(**kwargs)
+
+
+class LwF(HeadWarmupTemplate):
+    """LwF (Li & Hoiem, 2017): head-only warm-up, then full training with distillation of the
+    active earlier tasks' outputs on the current inputs. Unlearning only drops the task from
+    the distillation targets; no parameter changes (inexact).
+
+    Takes every keyword argument of :class:`HeadWarmupTemplate`, plus:
+
+    :param lwf_alpha: weight of the distillation term.
+    :param lwf_temperature: distillation temperature.
+    """
+
+    def __init__(self, *, lwf_alpha: float, lwf_temperature: float, **kwargs) -> None:
+        lwf = TaskLwFPlugin(lwf_alpha, lwf_temperature)
+        plugins = [lwf, *(kwargs.pop("plugins", None) or [])]
+        super().__init__(plugins=plugins, **kwargs)
+        self.lwf = lwf
+
+    def checkpoint_state(self) -> dict:
+        """The template's state plus whether a teacher exists (its skeleton is re-created
+        from the model on restore, then loaded)."""
+        return {**super().checkpoint_state(), "has_teacher": self.lwf.lwf.prev_model is not None}
+
+    def restore_checkpoint_state(self, state: dict) -> None:
+        if state["has_teacher"] and self.lwf.lwf.prev_model is None:
+            self.lwf.lwf.set_previous_model(self.model)
+        super().restore_checkpoint_state(state)

@@ -1,0 +1,242 @@
+"""The replay baselines: ER, DER++, GEM and ER (Retraining) (protocol §6).
+
+All four keep a class-balanced episodic memory B^t of ``buffer_size // T`` samples per task
+(:class:`~pall_avalanche.plugins.RehearsalPlugin`, the buffer PALL uses) and share its one
+replay loop (:meth:`~pall_avalanche.plugins.RehearsalPlugin.replay_steps`):
+
+- **ER** adds, to every learning minibatch, CE on a task-balanced replay minibatch of the
+  active tasks' buffers (each sample through its own task's head).
+- **DER++** adds β·MSE(f(x'), z') + 1.0·CE(f(x), y) on two replay minibatches, z the logits
+  stored with the sample (computed in eval mode with the sample's own head, so Avalanche's
+  multi-head bug #1657 cannot occur).
+- **GEM** projects every learning gradient with Avalanche's ``GEMPlugin`` (quadprog), its
+  memories keyed by task and taken from the same buffers, so tasks can be removed.
+- Unlearning t (ER, DER++, GEM; approximate): N_f steps of replay on the remaining buffers
+  plus CE of B^t's samples, through t's head, towards the uniform distribution over t's
+  classes; then B^t (and GEM's memory of t) is deleted.
+- **ER (Retraining)** learns like ER; unlearning t deletes B^t, re-draws every parameter
+  and retrains from scratch on the remaining buffers (exact).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import qpsolvers
+import torch
+from avalanche.models import avalanche_forward
+from avalanche.training.plugins import GEMPlugin
+from torch import nn
+
+from pall_avalanche.models.init import reinitialize_
+from pall_avalanche.plugins import RehearsalPlugin
+from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+
+__all__ = [
+    "DERpp",
+    "ER",
+    "ERRetraining",
+    "GEM",
+    "LearningReplayPlugin",
+    "ReplayTemplate",
+    "TaskGEMPlugin",
+]
+
+
+class LearningReplayPlugin(UnlearningPlugin):
+    """Adds the rehearsal loss of the active tasks' buffers to every learning minibatch:
+    ``loss += replay_loss(Ω, batch_size // |Ω| samples per task)`` (CE, plus β·MSE for DER++).
+
+    :param rehearsal: the buffers to replay.
+    """
+
+    def __init__(self, rehearsal: RehearsalPlugin) -> None:
+        super().__init__()
+        self.rehearsal = rehearsal
+
+    def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        tasks = strategy.active_tasks
+        if tasks:
+            per_task = max(1, strategy.train_mb_size // len(tasks))
+            strategy.loss = strategy.loss + self.rehearsal.replay_loss(
+                strategy.model, tasks, per_task)
+
+
+class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
+    """Avalanche's ``GEMPlugin`` with removable, task-keyed memories.
+
+    Upstream keys the memories by ``train_exp_counter`` and reads them with ``range()``, so a
+    deleted task raises ``KeyError``; here the memory of task t is B^t of ``rehearsal`` (the
+    same tensors, filled after ``rehearsal`` filled B^t), the reference gradients iterate the
+    stored tasks, and ``after_unlearning`` drops t. The projection is upstream's, with the
+    |Ω|×d products computed on the parameters' device (only the |Ω|×|Ω| QP goes to quadprog).
+
+    :param rehearsal: the buffer plugin (must come before this plugin in the plugin list).
+    :param memory_strength: γ, the margin added to the projection constraints (0.5).
+    """
+
+    checkpoint_attributes = ("memory_x", "memory_y", "memory_tid")
+
+    def __init__(self, rehearsal: RehearsalPlugin, memory_strength: float) -> None:
+        if memory_strength < 0:
+            raise ValueError(f"memory_strength={memory_strength} must be >= 0")
+        super().__init__(patterns_per_experience=rehearsal.per_task,
+                         memory_strength=memory_strength)
+        self.rehearsal = rehearsal
+
+    def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        task = strategy.experience.task_label
+        x, y, _ = self.rehearsal.buffers[task]
+        self.memory_x[task], self.memory_y[task] = x, y
+        self.memory_tid[task] = torch.full_like(y, task)
+
+    def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
+        for memory in (self.memory_x, self.memory_y, self.memory_tid):
+            memory.pop(task, None)
+
+    def before_training_iteration(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        """Reference gradients g_k of every stored task's memory (rows of ``self.G``)."""
+        if not self.memory_x:
+            return
+        strategy.model.train()
+        rows = []
+        for task in sorted(self.memory_x):
+            strategy.optimizer.zero_grad()
+            out = avalanche_forward(strategy.model, self.memory_x[task], self.memory_tid[task])
+            strategy._criterion(out, self.memory_y[task]).backward()
+            rows.append(torch.cat([
+                p.grad.flatten() if p.grad is not None
+                else torch.zeros(p.numel(), device=p.device)
+                for p in strategy.model.parameters()
+            ]))
+        self.G = torch.stack(rows)
+
+    def after_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        if self.memory_x:
+            super().after_backward(strategy, **kwargs)
+
+    @torch.no_grad()
+    def solve_quadprog(self, g: torch.Tensor) -> torch.Tensor:
+        """GEM's projection g̃ = Gᵀv + g, v = argmin ½vᵀ(GGᵀ)v + (Gg)ᵀv s.t. v ≥ γ (the dual
+        of min ½‖g̃ − g‖² s.t. G g̃ ≥ 0 with margin γ), as upstream, in float64."""
+        memories = self.G.double()
+        gradient = g.double().flatten()
+        n = memories.shape[0]
+        gram = (memories @ memories.T).cpu().numpy()
+        gram = 0.5 * (gram + gram.T) + np.eye(n) * 1e-3
+        linear = (memories @ gradient).cpu().numpy()
+        v = qpsolvers.solve_qp(P=gram, q=linear, G=-np.eye(n), h=-np.full(n, self.memory_strength),
+                               solver="quadprog")
+        return (torch.from_numpy(v).to(memories) @ memories + gradient).float()
+
+
+class ReplayTemplate(UnlearningTemplate):
+    """A dense model with per-task buffers, unlearning by replay fine-tuning (approximate).
+
+    Unlearning t runs ``n_retrain_iters`` replay steps (fresh optimizer of the learning type,
+    every parameter trained) on the remaining tasks' buffers plus CE of B^t towards uniform
+    predictions over t's classes, then deletes B^t. Subclasses choose what learning adds.
+
+    :param model: a task-incremental model with ``n_tasks`` and ``classes_per_task``
+        (:class:`~pall_avalanche.models.TaskIncrementalNet`).
+    :param buffer_size: total episodic memory, split a priori over the model's T tasks.
+    :param n_retrain_iters: N_f, fine-tuning steps per unlearning request.
+    :param beta: weight of the logit (MSE) term in every replay loss (0: plain ER).
+    :param replay: add the replay loss to every learning minibatch.
+    """
+
+    def __init__(self, *, model: nn.Module, buffer_size: int, n_retrain_iters: int = 50,
+                 beta: float = 0.0, replay: bool = True, plugins=None, **kwargs) -> None:
+        n_tasks = getattr(model, "n_tasks", None)
+        classes_per_task = getattr(model, "classes_per_task", None)
+        if n_tasks is None or classes_per_task is None:
+            raise ValueError(
+                f"model {type(model).__name__} has no n_tasks/classes_per_task; the replay "
+                "baselines need a task-incremental model (pall_avalanche.models.build_model)"
+            )
+        self.rehearsal = RehearsalPlugin(
+            buffer_size=buffer_size, n_tasks=n_tasks, classes_per_task=classes_per_task,
+            beta=beta, n_retrain_iters=n_retrain_iters, store_logits=beta > 0,
+            delete_on_unlearning=False,
+        )
+        own = [self.rehearsal, *([LearningReplayPlugin(self.rehearsal)] if replay else [])]
+        super().__init__(model=model, plugins=[*own, *self._method_plugins(),
+                                               *(plugins or [])], **kwargs)
+
+    def _method_plugins(self) -> list[UnlearningPlugin]:
+        """Plugins a subclass adds after the buffer's (they see B^t filled)."""
+        return []
+
+    def _unlearn(self, task: int) -> None:
+        if self.rehearsal.n_retrain_iters:
+            self.rehearsal.replay_steps(self, self.active_tasks,
+                                        param_groups=self.optimizer_param_groups(),
+                                        n_iters=self.rehearsal.n_retrain_iters, forget=task)
+        self.rehearsal.drop(task)
+
+
+class ER(ReplayTemplate):
+    """Experience replay (Chaudhry et al., 2019): CE on a replay minibatch with every
+    learning minibatch. Takes the arguments of :class:`ReplayTemplate` except ``beta`` and
+    ``replay``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(beta=0.0, replay=True, **kwargs)
+
+
+class DERpp(ReplayTemplate):
+    """DER++ (Buzzega et al., 2020): β·MSE on stored logits plus 1.0·CE on buffer samples
+    with every learning minibatch, and in unlearning's replay.
+
+    :param beta: weight of the logit (MSE) term (the paper: 0.5).
+    """
+
+    def __init__(self, *, beta: float = 0.5, **kwargs) -> None:
+        super().__init__(beta=beta, replay=True, **kwargs)
+
+
+class GEM(ReplayTemplate):
+    """Gradient episodic memory (Lopez-Paz & Ranzato, 2017): learning gradients projected so
+    that no active task's memory loss increases (:class:`TaskGEMPlugin`); no replay loss.
+
+    :param memory_strength: γ of GEM (0.5, Avalanche's and the GEM paper's value).
+    """
+
+    def __init__(self, *, memory_strength: float = 0.5, **kwargs) -> None:
+        self._memory_strength = memory_strength
+        super().__init__(beta=0.0, replay=False, **kwargs)
+
+    def _method_plugins(self) -> list[UnlearningPlugin]:
+        self.gem = TaskGEMPlugin(self.rehearsal, self._memory_strength)
+        return [self.gem]
+
+
+class ERRetraining(ER):
+    """ER (Retraining): learns like :class:`ER`; unlearning t deletes B^t, re-draws every
+    parameter from its initialisation distribution and retrains the model from scratch on
+    the remaining buffers, so no parameter trained with D^t or B^t survives (exact).
+
+    :param retrain_epochs: epochs of retraining over the remaining buffers; an epoch is
+        ``ceil(Σ_τ |B^τ| / batch_size)`` steps of task-balanced minibatches.
+    """
+
+    def __init__(self, *, retrain_epochs: int, **kwargs) -> None:
+        if isinstance(retrain_epochs, bool) or not isinstance(retrain_epochs, int) \
+                or retrain_epochs < 0:
+            raise ValueError(f"retrain_epochs={retrain_epochs!r} must be an integer >= 0")
+        self.retrain_epochs = retrain_epochs
+        super().__init__(n_retrain_iters=0, **kwargs)
+
+    def retrain_steps(self) -> int:
+        """Steps of the retraining from scratch on the active tasks' buffers."""
+        samples = sum(len(self.rehearsal.buffers[t][0]) for t in self.active_tasks)
+        return self.retrain_epochs * math.ceil(samples / self.train_mb_size)
+
+    def _unlearn(self, task: int) -> None:
+        self.rehearsal.drop(task)
+        reinitialize_(self.model)
+        if self.active_tasks and self.retrain_epochs:
+            self.rehearsal.replay_steps(self, self.active_tasks,
+                                        param_groups=self.optimizer_param_groups(),
+                                        n_iters=self.retrain_steps())

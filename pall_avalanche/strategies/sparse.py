@@ -1,0 +1,127 @@
+"""Static and dynamic sparse (Ind.): T disjoint subnetworks of one network, no sharing.
+
+The paper's ablation without knowledge transfer (Table 4): every task trains and uses only
+its own entries, so unlearning task t re-draws exactly t's entries from the initialisation
+distribution (and t's own tokens, where the backbone has them) and nothing else changes:
+exact unlearning with F_u = 0, without buffer or retraining.
+
+Shares. Every scored tensor of n entries is split into T near-equal disjoint shares:
+share j has ``n // T + (j < n % T)`` entries (connectivity ≈ 1/T; the shares add up to n).
+The head rows of a task are its own, as in every subnetwork method.
+
+- **Static**: at construction, a uniformly random partition of every tensor's entries into T
+  parts; task t owns part t (share t). Task t trains only its part (everything else frozen,
+  no weight decay outside it) and runs on it.
+- **Dynamic**: task t selects, with scores (straight-through estimator, as in PALL), exactly
+  ``share_j`` entries of every scored tensor among the entries no active task owns (its j-th
+  learning request, j counted over all learning requests: the shares of the active tasks
+  then never exceed n - share_j, so there is always room). After learning, every entry
+  outside the active tasks' masks is re-drawn (as in PALL), so D^t leaves nothing outside
+  m_t. The learning task's entries are disjoint from every active task's by construction;
+  which entries were available did depend on the earlier tasks' masks (a dependence on
+  their data through the selection only, never through a weight).
+
+Model size: 1 bit per maskable entry per stored mask (the active tasks' masks), as for PALL.
+The static partition of not-yet-learned tasks is kept as an int16 owner index per entry on
+the side; it is needed for learning, not for inference, and is not counted.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet
+from pall_avalanche.plugins import WeightResettingPlugin, redraw_
+from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
+
+__all__ = ["DynamicSparse", "IndependentSubnetworks", "StaticSparse", "share_sizes"]
+
+
+def share_sizes(n: int, n_tasks: int) -> list[int]:
+    """Sizes of the ``n_tasks`` near-equal disjoint shares of ``n`` entries: ``n // T`` each,
+    one more for the first ``n % T``."""
+    return [n // n_tasks + (j < n % n_tasks) for j in range(n_tasks)]
+
+
+class IndependentSubnetworks(SubnetworkStrategy):
+    """Disjoint task subnetworks: unlearning re-draws the task's entries and tokens (exact).
+
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a
+        :class:`~pall_avalanche.masks.SubnetworkNet`.
+    :param optimizer: its class and hyper-parameters are used for every request.
+    """
+
+    def shares(self, j: int) -> dict[str, int]:
+        """Entries per scored tensor of share ``j``."""
+        net: SubnetworkNet = self.model
+        return {name: share_sizes(net.shapes[name].numel(), net.net.n_tasks)[j]
+                for name in net.scored_names()}
+
+    def _unlearn(self, task: int) -> None:
+        net: SubnetworkNet = self.model
+        redraw_(net, net.remove_mask(task))
+        net.net.reset_task_parameters_(task)
+
+
+class StaticSparse(IndependentSubnetworks):
+    """Static sparse (Ind.): a random partition, drawn at construction, into T parts.
+
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a
+        :class:`~pall_avalanche.masks.SubnetworkNet`.
+    :param optimizer: its class and hyper-parameters are used for every request.
+    :param plugins: further plugins, run after the method's own.
+    """
+
+    learns_scores = False
+    checkpoint_attributes = ("owner",)
+
+    def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, plugins=None,
+                 **kwargs) -> None:
+        net = as_subnetwork_net(model)
+        n_tasks = net.net.n_tasks
+        #: scored tensor name → the task owning each entry (int16, CPU).
+        self.owner: dict[str, torch.Tensor] = {}
+        for name in net.scored_names():
+            shape = net.shapes[name]
+            owners = torch.repeat_interleave(
+                torch.arange(n_tasks, dtype=torch.int16),
+                torch.tensor(share_sizes(shape.numel(), n_tasks)))
+            self.owner[name] = owners[torch.randperm(shape.numel())].view(shape)
+        super().__init__(model=net, optimizer=optimizer, plugins=plugins, **kwargs)
+
+    def part(self, task: int) -> MaskSet:
+        """Task ``task``'s part of the partition, with its head rows."""
+        net: SubnetworkNet = self.model
+        bools = {name: owner == task for name, owner in self.owner.items()}
+        return MaskSet.from_bool({**bools, HEAD: net.head_mask(task)})
+
+    def start_task(self, task: int) -> None:
+        self.model.set_mask(task, self.part(task))
+
+    def frozen_entries(self) -> MaskSet:
+        """Everything outside the learning task's part."""
+        return self.model.masks[self.experience.task_label].complement()
+
+
+class DynamicSparse(IndependentSubnetworks):
+    """Dynamic sparse (Ind.): score-selected disjoint subnetworks of one share each.
+
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a
+        :class:`~pall_avalanche.masks.SubnetworkNet`.
+    :param optimizer: its class and hyper-parameters are used for every request; weight decay
+        applies to free entries only, never to scores.
+    :param plugins: further plugins, run after the method's own.
+    """
+
+    def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, plugins=None,
+                 **kwargs) -> None:
+        self.resetting = WeightResettingPlugin(redraw_unused=True)
+        super().__init__(model=model, optimizer=optimizer, plugins=[self.resetting,
+                                                                    *(plugins or [])], **kwargs)
+
+    def start_task(self, task: int) -> None:
+        net: SubnetworkNet = self.model
+        available = net.cumulative_mask(self.active_tasks).complement()
+        net.start_learning(task, eligible=available,
+                           keep=self.shares(len(self.learning_history) - 1))

@@ -1,0 +1,101 @@
+"""The common base of the strategies that give every task a subnetwork of one network.
+
+PALL, WSN, PackNet and the two sparse ablations all wrap the model in a
+:class:`~pall_avalanche.masks.SubnetworkNet` (task t runs with ``w ⊙ m_t``), freeze entries with
+a :class:`~pall_avalanche.plugins.MaskFreezingPlugin` while a task trains, give every task its
+own token parameters where the backbone has them (ViT's CLS token and positional embedding,
+protocol §4) and count one bit per maskable entry per stored mask in the model size. They
+differ only in how a task's mask is chosen (:meth:`SubnetworkStrategy.start_task`), which
+entries it may train (:meth:`SubnetworkStrategy.frozen_entries`) and how it is unlearned.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pall_avalanche.masks import MaskSet, SubnetworkNet
+from pall_avalanche.models import count_parameters
+from pall_avalanche.plugins import MaskFreezingPlugin
+from pall_avalanche.strategies.base import UnlearningTemplate
+
+__all__ = ["SubnetworkStrategy", "as_subnetwork_net"]
+
+
+def as_subnetwork_net(model: nn.Module, alpha: float = 1.0) -> SubnetworkNet:
+    """``model`` itself if it is a :class:`SubnetworkNet`, else ``model`` wrapped in one.
+
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a SubnetworkNet.
+    :param alpha: connectivity of score-selected masks (unused by methods without scores).
+    """
+    return model if isinstance(model, SubnetworkNet) else SubnetworkNet(model, alpha)
+
+
+class SubnetworkStrategy(UnlearningTemplate):
+    """A strategy learning one subnetwork mask per task inside one shared network.
+
+    Per learning request of task t: :meth:`start_task` prepares t's mask (by default fresh
+    scores, selected per layer at connectivity ``alpha``); a fresh optimizer trains the
+    maskable weights (weight decay only on entries left free by :meth:`frozen_entries`, via
+    the freezing plugin), the scores if any, and t's own token parameters. Unlearning deletes
+    t's mask and changes no parameter (WSN, PackNet); exact methods override ``_unlearn``.
+
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` (any backbone of
+        Conv2d/Linear layers) or an already wrapped :class:`~pall_avalanche.masks.SubnetworkNet`.
+    :param optimizer: its class and hyper-parameters are used for every request (SGD or Adam).
+    :param alpha: per-layer connectivity of score-selected masks (default 1: no scores).
+    :param plugins: further plugins; they run after the method's own (freezing first).
+    """
+
+    per_task_tokens = True
+    checkpoint_attributes = ("learning_history",)
+    #: Whether a learning request optimises fresh scores (:meth:`SubnetworkNet.start_learning`).
+    learns_scores: bool = True
+
+    def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 alpha: float = 1.0, plugins=None, **kwargs) -> None:
+        self.freezing = MaskFreezingPlugin(float(optimizer.defaults.get("weight_decay", 0.0)),
+                                           frozen=lambda strategy: strategy.frozen_entries())
+        #: Every learning request's task, in order (unlearning does not shorten it).
+        self.learning_history: list[int] = []
+        super().__init__(model=as_subnetwork_net(model, alpha), optimizer=optimizer,
+                         plugins=[self.freezing, *(plugins or [])], **kwargs)
+
+    # ------------------------------------------------------------------ learning
+    def model_adaptation(self, model=None):
+        model = super().model_adaptation(model)
+        if self.is_training:
+            task = self.experience.task_label
+            self.learning_history.append(task)
+            self.start_task(task)
+        return model
+
+    def start_task(self, task: int) -> None:
+        """Prepare the model for learning ``task`` (default: fresh scores)."""
+        if self.learns_scores:
+            self.model.start_learning(task)
+
+    def frozen_entries(self) -> MaskSet:
+        """The entries the learning request must leave bit-identical (default: M, the OR of
+        the active tasks' masks)."""
+        return self.model.cumulative_mask(self.active_tasks)
+
+    def optimizer_param_groups(self) -> list[dict]:
+        net: SubnetworkNet = self.model
+        groups = [{"params": [w for _, w in net.named_weights()], "weight_decay": 0.0}]
+        if net.scores is not None:
+            groups.append({"params": list(net.scores), "weight_decay": 0.0})
+        groups.append({"params": net.net.task_parameters(self.experience.task_label),
+                       "weight_decay": self.weight_decay})
+        return groups
+
+    # ---------------------------------------------------------------- unlearning
+    def _unlearn(self, task: int) -> None:
+        """Delete the task's mask; every parameter stays as it is (inexact)."""
+        self.model.remove_mask(task)
+
+    # --------------------------------------------------------------- model size
+    def inference_size(self) -> tuple[int, int]:
+        """(float parameters of the network, 1 bit per maskable entry per stored mask)."""
+        net: SubnetworkNet = self.model
+        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * len(net.masks)

@@ -1,0 +1,490 @@
+"""Optional Weights & Biases logging: one W&B run per (method, seed) result record.
+
+Avalanche's ``WandBLogger`` does not work with wandb 0.31 (``wandb.util.generate_id`` and
+``wandb.viz`` are gone), so this module is a small logger of its own:
+
+- :class:`WandbSettings` holds the ``--wandb*`` flags (:func:`add_wandb_arguments`,
+  :meth:`WandbSettings.from_args`); ``None`` means W&B is off.
+- :func:`wandb_run` opens one run per record. Its :class:`WandbRequestLogger` plugin logs, as
+  each request happens, the request's row of the accuracy matrix, its timing and the model
+  size (W&B step = request index); :meth:`WandbRun.log_record` logs the final metrics
+  (summary), the accuracy matrix as a ``wandb.Table`` and as a heatmap image, the model size
+  and the timings.
+- :func:`log_table` logs a script's aggregated table in a run of its own (``job_type``
+  ``"table"``, same group as the records' runs).
+- :func:`read_offline_run` reads an offline run's ``.wandb`` file back (config, history,
+  summary) — wandb ships no Python reader for it any more.
+
+W&B must never cost a result: every W&B call is guarded; the first failure warns once and
+turns W&B off for the rest of the process (a dead server would otherwise cost the init
+timeout for every run), and training and record writing go on. ``wandb`` is imported only
+when a run is opened, so nothing touches W&B or the network without ``--wandb``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+import struct
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pall_avalanche.strategies.base import UnlearningPlugin
+
+__all__ = [
+    "WANDB_MODES",
+    "WandbRequestLogger",
+    "WandbRun",
+    "WandbSettings",
+    "add_wandb_arguments",
+    "default_group",
+    "log_table",
+    "read_offline_run",
+    "wandb_disabled_reason",
+    "wandb_run",
+]
+
+WANDB_MODES = ("online", "offline", "disabled")
+DEFAULT_PROJECT = "pall-avalanche"
+
+# Set on the first W&B failure in this process: W&B stays off afterwards.
+_DISABLED: list[str] = []
+
+
+def wandb_disabled_reason() -> str | None:
+    """Why W&B was turned off in this process (the first failure), or ``None``."""
+    return _DISABLED[0] if _DISABLED else None
+
+
+def _fail(what: str, err: BaseException) -> None:
+    if not _DISABLED:
+        _DISABLED.append(f"{what}: {type(err).__name__}: {err}")
+        warnings.warn(f"W&B {what} failed ({type(err).__name__}: {err}); W&B logging is off "
+                      "for the rest of this process, results are still written to disk",
+                      RuntimeWarning, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class WandbSettings:
+    """Where and how runs are logged.
+
+    :param project: W&B project; ``None``: ``$WANDB_PROJECT`` or ``pall-avalanche`` (a sweep
+        agent's runs always go to the sweep's project).
+    :param entity: W&B entity (user or team); ``None``: the default of the logged-in user.
+    :param group: run group; ``None``: ``<benchmark>-<configuration hash>`` so the seeds of
+        one configuration sit together.
+    :param tags: run tags.
+    :param mode: ``online``, ``offline`` or ``disabled``; ``None``: ``$WANDB_MODE`` or online.
+    """
+
+    project: str | None = None
+    entity: str | None = None
+    group: str | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in WANDB_MODES:
+            raise ValueError(f"W&B mode {self.mode!r} is invalid; valid modes are "
+                             f"{', '.join(WANDB_MODES)}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WandbSettings | None:
+        """The settings of parsed ``--wandb*`` flags; ``None`` without ``--wandb``.
+
+        :param args: a namespace from a parser given :func:`add_wandb_arguments`.
+        """
+        if not getattr(args, "wandb", False):
+            return None
+        tags = tuple(t.strip() for t in (args.wandb_tags or "").split(",") if t.strip())
+        return cls(project=args.wandb_project, entity=args.wandb_entity,
+                   group=args.wandb_group, tags=tags, mode=args.wandb_mode)
+
+
+def add_wandb_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--wandb``, ``--wandb-project``, ``--wandb-entity``, ``--wandb-group``,
+    ``--wandb-tags`` and ``--wandb-mode`` to ``parser``.
+
+    :param parser: the script's parser.
+    """
+    group = parser.add_argument_group("Weights & Biases (optional; off without --wandb)")
+    group.add_argument("--wandb", action="store_true",
+                       help="log one W&B run per (method, seed) record, live per request")
+    group.add_argument("--wandb-project",
+                       help=f"W&B project (default $WANDB_PROJECT, else {DEFAULT_PROJECT})")
+    group.add_argument("--wandb-entity", help="W&B entity (default: your default entity)")
+    group.add_argument("--wandb-group",
+                       help="W&B run group (default <benchmark>-<configuration hash>)")
+    group.add_argument("--wandb-tags", help="comma-separated W&B run tags")
+    group.add_argument("--wandb-mode", choices=WANDB_MODES,
+                       help="W&B mode (default: $WANDB_MODE, else online)")
+
+
+def default_group(config: Mapping[str, Any]) -> str:
+    """The default W&B group of a run configuration: ``<benchmark>-<hash>``, the hash over
+    every key but ``seeds`` (so the seeds and methods of one table share a group).
+
+    :param config: a full configuration (as given to ``run_experiments``).
+    """
+    from pall_avalanche.config import config_hash
+
+    digest = config_hash({k: v for k, v in config.items() if k != "seeds"})
+    return f"{config.get('benchmark', 'run')}-{digest}"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+        value)
+
+
+def _heatmap_image(accuracy: Sequence[Sequence[float]], row_labels: Sequence[str]):
+    """The accuracy matrix as a PIL image (rows: requests, columns: tasks)."""
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    n_rows, n_cols = len(accuracy), len(accuracy[0])
+    fig = Figure(figsize=(1.2 + 0.7 * n_cols, 0.8 + 0.45 * n_rows))
+    ax = fig.add_subplot()
+    ax.imshow(accuracy, vmin=0, vmax=100, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(n_cols), [f"T{t}" for t in range(n_cols)])
+    ax.set_yticks(range(n_rows), row_labels)
+    ax.set_xlabel("task")
+    ax.set_ylabel("request")
+    for i, row in enumerate(accuracy):
+        for t, value in enumerate(row):
+            ax.text(t, i, f"{value:.0f}", ha="center", va="center", fontsize=7,
+                    color="white" if value < 60 else "black")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+class WandbRun:
+    """One guarded W&B run; a no-op when W&B is off or has failed.
+
+    :param settings: ``None`` for a no-op run.
+    :param name: display name.
+    :param config: the run's config (for records: the resolved configuration).
+    :param job_type: W&B job type (``"record"`` or ``"table"``).
+    :param group: run group (overrides ``settings.group``).
+    """
+
+    def __init__(self, settings: WandbSettings | None, *, name: str,
+                 config: Mapping[str, Any], job_type: str, group: str | None = None):
+        self._run = None
+        self._wandb = None
+        if settings is None or _DISABLED:
+            return
+
+        def init():
+            import wandb
+
+            self._wandb = wandb
+            self._run = wandb.init(
+                project=settings.project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+                entity=settings.entity,
+                group=settings.group or group, tags=list(settings.tags) or None,
+                mode=settings.mode or os.environ.get("WANDB_MODE"), name=name,
+                job_type=job_type, config=dict(config), dir=os.environ.get("WANDB_DIR"),
+                # wandb reads its environment once per process: honour changes per run
+                settings=wandb.Settings(init_timeout=float(
+                    os.environ.get("WANDB_INIT_TIMEOUT", 90))),
+            )
+
+        self._call("init", init)
+
+    @property
+    def active(self) -> bool:
+        """Whether W&B calls reach a live run."""
+        return self._run is not None and not _DISABLED
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> None:
+        if self._run is None and what != "init":
+            return
+        if _DISABLED:
+            return
+        try:
+            fn()
+        except Exception as err:  # W&B must never end a run
+            _fail(what, err)
+            self._run = None
+
+    def plugins(self) -> list[UnlearningPlugin]:
+        """Strategy plugins for live logging (empty when the run is not active)."""
+        return [WandbRequestLogger(self)] if self.active else []
+
+    def log(self, data: Mapping[str, Any], step: int | None = None) -> None:
+        """``run.log(data, step=step)``, guarded.
+
+        :param data: key → value.
+        :param step: the W&B step (request index for record runs).
+        """
+        self._call("log", lambda: self._run.log(dict(data), step=step))
+
+    def log_request(self, index: int, timing: Mapping[str, Any], accuracy: Sequence[float],
+                    model_size_mb: float, active_tasks: Sequence[int] = (),
+                    extra: Mapping[str, Any] | None = None) -> None:
+        """Log one request (W&B step ``index``): its kind and task, the accuracy of every task
+        after it, the mean over the active tasks, its timing and the model size.
+
+        :param index: request index (0-based).
+        :param timing: the request's entry of ``RequestEvaluationPlugin.timings``.
+        :param accuracy: the request's row of the accuracy matrix.
+        :param model_size_mb: inference model size after the request.
+        :param active_tasks: tasks learned and not unlearned after the request.
+        :param extra: more scalars (e.g. PALL's unlearning statistics), logged under
+            ``unlearning/``.
+        """
+        data: dict[str, Any] = {
+            "request/kind": timing["kind"], "request/task": timing["task"],
+            "request/is_unlearn": int(timing["kind"] == "unlearn"),
+            "time/seconds": timing["seconds"], "model_size_mb": model_size_mb,
+        }
+        if timing.get("seconds_per_epoch") is not None:
+            data["time/seconds_per_epoch"] = timing["seconds_per_epoch"]
+        data.update({f"accuracy/task{t}": a for t, a in enumerate(accuracy)})
+        if active_tasks:
+            data["accuracy/active_mean"] = sum(accuracy[t] for t in active_tasks) / len(
+                active_tasks)
+        data.update({f"unlearning/{k}": v for k, v in (extra or {}).items() if _finite(v)})
+        self.log(data, step=index)
+
+    def log_record(self, record: Mapping[str, Any], path: str | Path | None = None) -> None:
+        """Log a finished record: metrics, model size and timings as the run summary, the
+        accuracy matrix as a table and as a heatmap image.
+
+        :param record: a result record (``runner.run_record``).
+        :param path: where the record was written (kept in the summary).
+        """
+        def body():
+            wandb = self._wandb
+            summary = {f"metrics/{k}": v for k, v in record["metrics"].items() if _finite(v)}
+            summary["model_size_mb"] = record["model_size_mb"]
+            summary["exact"] = record["exact"]
+            for key in ("learn_seconds_per_epoch", "unlearn_seconds"):
+                if _finite(record["timings"].get(key)):
+                    summary[f"time/{key}"] = record["timings"][key]
+            if path is not None:
+                summary["record_path"] = str(path)
+            labels = [f"{i} {'L' if r['kind'] == 'learn' else 'U'}{r['task']}"
+                      for i, r in enumerate(record["requests"])]
+            n_tasks = len(record["accuracy"][0])
+            table = wandb.Table(
+                columns=["request", "kind", "task", *[f"task{t}" for t in range(n_tasks)]],
+                data=[[i, r["kind"], r["task"], *row] for i, (r, row) in
+                      enumerate(zip(record["requests"], record["accuracy"], strict=True))])
+            self._run.log({"accuracy_matrix": table,
+                           "accuracy_heatmap": wandb.Image(
+                               _heatmap_image(record["accuracy"], labels),
+                               caption="accuracy (%) after each request")},
+                          step=len(record["requests"]))
+            # after the last history row: W&B's summary takes the newest value of a key
+            self._run.summary.update(summary)
+
+        self._call("log_record", body)
+
+    def finish(self, exit_code: int = 0) -> None:
+        """Finish the run (guarded).
+
+        :param exit_code: 0 for success; non-zero marks the run failed.
+        """
+        run, self._run = self._run, None
+        if run is None:
+            return
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as err:  # W&B must never end a run
+            _fail("finish", err)
+
+
+class WandbRequestLogger(UnlearningPlugin):
+    """Logs each request to a :class:`WandbRun` as it happens. Put it after the
+    ``RequestEvaluationPlugin`` in the strategy's plugins: it reads that plugin's newest
+    accuracy row, timing and model size.
+
+    :param run: the run to log to.
+    """
+
+    def __init__(self, run: WandbRun):
+        super().__init__()
+        self.run = run
+
+    def _log(self, strategy) -> None:
+        from pall_avalanche.evaluation import RequestEvaluationPlugin
+
+        evaluation = next((p for p in strategy.plugins
+                           if isinstance(p, RequestEvaluationPlugin)), None)
+        if evaluation is None or not evaluation.timings:
+            return
+        timing = evaluation.timings[-1]
+        stats = getattr(strategy, "unlearning_stats", None)
+        extra = stats[-1] if timing["kind"] == "unlearn" and stats else None
+        self.run.log_request(len(evaluation.timings) - 1, timing, evaluation.accuracy[-1],
+                             evaluation.model_sizes_mb[-1],
+                             list(getattr(strategy, "active_tasks", ())), extra)
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        self._log(strategy)
+
+    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
+        self._log(strategy)
+
+
+@contextmanager
+def wandb_run(settings: WandbSettings | None, *, method: str, seed: int,
+              config: Mapping[str, Any], group: str | None = None) -> Iterator[WandbRun]:
+    """One W&B run for the record of (``method``, ``seed``); finished on exit (failed if the
+    block raised). A no-op run when ``settings`` is ``None``.
+
+    :param settings: W&B settings or ``None``.
+    :param method: the method's name.
+    :param seed: the seed.
+    :param config: the resolved configuration (logged as the run's config).
+    :param group: default group when ``settings.group`` is not set.
+    """
+    run = WandbRun(settings, name=f"{method}-seed{seed}", job_type="record", group=group,
+                   config={**config, "method": method, "seed": seed})
+    try:
+        yield run
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+
+
+def log_table(settings: WandbSettings | None, name: str, frame, *,
+              config: Mapping[str, Any] | None = None, markdown: str | None = None,
+              group: str | None = None) -> None:
+    """Log an aggregated table (a pandas frame) as ``wandb.Table`` in a run of its own
+    (``job_type="table"``). Skipped under a sweep agent (``WANDB_SWEEP_ID``), whose process
+    owns exactly one run: aggregate a sweep with ``python -m pall_avalanche.report``.
+
+    :param settings: W&B settings or ``None`` (no-op).
+    :param name: run name and table key (e.g. ``table1_digits``).
+    :param frame: the table.
+    :param config: the configuration the table was run with.
+    :param markdown: the Markdown rendering, kept in the summary.
+    :param group: default group when ``settings.group`` is not set.
+    """
+    if settings is None or os.environ.get("WANDB_SWEEP_ID"):
+        return
+    run = WandbRun(settings, name=name, job_type="table", group=group, config=config or {})
+
+    def body():
+        run._run.log({name: run._wandb.Table(dataframe=frame)})
+        if markdown is not None:
+            run._run.summary["markdown"] = markdown
+
+    run._call("log_table", body)
+    run.finish()
+
+
+# --- reading offline runs back --------------------------------------------------------------
+# A .wandb file is a LevelDB-style log: a 7-byte header (":W&B", magic 0xBEE1, version 0),
+# then 32 KiB blocks of chunks (crc32c, length, type: 1 full, 2 first, 3 middle, 4 last), each
+# record a serialized wandb.proto Record.
+
+_BLOCK = 32768
+_CHUNK_HEADER = struct.Struct("<IHB")
+
+
+def _records(path: Path) -> Iterator[bytes]:
+    data = path.read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path} is not a W&B transaction log (no ':W&B' header)")
+    pos, pending = 7, b""
+    while pos + _CHUNK_HEADER.size <= len(data):
+        room = _BLOCK - pos % _BLOCK
+        if room < _CHUNK_HEADER.size:
+            pos += room
+            continue
+        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        if kind == 0 and length == 0:  # zero padding at the end of a block
+            pos += room
+            continue
+        if pos + _CHUNK_HEADER.size + length > len(data):  # still being written
+            return
+        chunk = data[pos + _CHUNK_HEADER.size: pos + _CHUNK_HEADER.size + length]
+        pos += _CHUNK_HEADER.size + length
+        if kind == 1:
+            yield chunk
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            yield pending + chunk
+            pending = b""
+
+
+def read_offline_run(run_dir: str | Path, timeout: float = 30.0) -> dict[str, Any]:
+    """Read an offline run folder (``wandb/offline-run-*``) back: ``name``, ``group``,
+    ``job_type``, ``tags``, ``config`` (key → value), ``history`` (one dict per
+    ``log`` call, with ``_step``), ``summary`` (the final values, as W&B would show) and
+    ``complete`` (whether the run's exit record was found).
+
+    wandb's service writes the file in the background and may still be flushing it after
+    ``run.finish()`` returns, so the file is re-read until it holds the exit record.
+
+    :param run_dir: the run folder, or its ``run-<id>.wandb`` file.
+    :param timeout: seconds to wait for the exit record before returning what is there.
+    """
+    import time
+
+    path = Path(run_dir)
+    if path.is_dir():
+        files = sorted(path.glob("run-*.wandb"))
+        if not files:
+            raise FileNotFoundError(f"no run-*.wandb file in {path}")
+        path = files[0]
+    deadline = time.monotonic() + timeout
+    while True:
+        out = _parse_run_file(path)
+        if out["complete"] or time.monotonic() > deadline:
+            return out
+        time.sleep(0.1)
+
+
+def _parse_run_file(path: Path) -> dict[str, Any]:
+    import json
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    out: dict[str, Any] = {"config": {}, "history": [], "summary": {}, "complete": False}
+
+    def key(item) -> str:
+        return item.key or "/".join(item.nested_key)
+
+    for raw in _records(path):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        kind = record.WhichOneof("record_type")
+        if kind == "exit":
+            out["complete"] = True
+        elif kind == "run":
+            out.update(name=record.run.display_name, group=record.run.run_group,
+                       job_type=record.run.job_type, tags=list(record.run.tags))
+            for item in record.run.config.update:
+                out["config"][key(item)] = json.loads(item.value_json)
+        elif kind == "config":
+            for item in record.config.update:
+                out["config"][key(item)] = json.loads(item.value_json)
+        elif kind == "history":
+            row = {key(item): json.loads(item.value_json) for item in record.history.item}
+            out["history"].append(row)
+            out["summary"].update({k: v for k, v in row.items() if not k.startswith("_")})
+        elif kind == "summary":
+            for item in record.summary.update:
+                out["summary"][key(item)] = json.loads(item.value_json)
+    for name, value in out["config"].items():  # W&B stores config values as {"value": v}
+        if isinstance(value, dict) and set(value) == {"value"}:
+            out["config"][name] = value["value"]
+    return out

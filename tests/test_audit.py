@@ -1,0 +1,211 @@
+"""The exactness audit: oracle sequences, the statistics on hand-made inputs, the strict PALL
+options and provenance check, and a tiny end-to-end audit on digits with real training."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import FAST_CONFIG, make_strategy, seq
+
+from pall_avalanche.audit import (
+    AUDIT_REQUESTS,
+    AuditProbe,
+    audit_rows,
+    bootstrap_auc_interval,
+    distinguisher_scores,
+    head_probabilities,
+    js_divergence,
+    model_features,
+    oracle_sequence,
+    roc_auc,
+    run_audit,
+    separated,
+    t_interval,
+)
+from pall_avalanche.config import load_config, resolve_method_config
+from pall_avalanche.records import read_record
+from pall_avalanche.runner import record_path, run_record
+from pall_avalanche.streams import RequestStream
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+AUDIT_CONFIG = {**FAST_CONFIG, "epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}
+
+
+# ------------------------------------------------------------------ oracle sequences
+def test_oracle_sequence_drops_every_request_of_unlearned_tasks():
+    oracle, unlearned = oracle_sequence(seq("L0 L1 L2 U1 L3 U2 L4 U0"))
+    assert [str(r) for r in oracle] == ["L3", "L4"]
+    assert unlearned == [1, 2, 0]
+    oracle, unlearned = oracle_sequence(seq("L0 L1 L2 L3 U1 L4"))
+    assert [str(r) for r in oracle] == ["L0", "L2", "L3", "L4"] and unlearned == [1]
+
+
+def test_oracle_sequence_needs_an_unlearning_request():
+    with pytest.raises(ValueError, match="unlearns no task"):
+        oracle_sequence(seq("L0 L1"))
+
+
+# ------------------------------------------------------------------ statistics
+def test_js_divergence_hand_computed():
+    assert js_divergence([1.0, 0.0], [0.0, 1.0]) == pytest.approx(1.0)
+    assert js_divergence([0.3, 0.7], [0.3, 0.7]) == pytest.approx(0.0)
+    # p=(.5,.5), q=(1,0): m=(.75,.25); KL(p||m)=.5log2(2/3)+.5log2(2), KL(q||m)=log2(4/3)
+    expected = 0.5 * (0.5 * math.log2(2 / 3) + 0.5) + 0.5 * math.log2(4 / 3)
+    assert js_divergence([0.5, 0.5], [1.0, 0.0]) == pytest.approx(expected)
+    assert expected == pytest.approx(0.3113, abs=1e-4)
+    rows = js_divergence([[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [0.5, 0.5]])
+    assert rows.tolist() == pytest.approx([1.0, 0.0])
+    with pytest.raises(ValueError, match="different shapes"):
+        js_divergence([1.0, 0.0], [1.0, 0.0, 0.0])
+
+
+def test_roc_auc_hand_computed():
+    assert roc_auc([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0]) == 1.0
+    assert roc_auc([0.1, 0.2, 0.9, 0.8], [1, 1, 0, 0]) == 0.0
+    # positives 0.8, 0.4; negatives 0.6, 0.2: pairs won 1+1+0+1 = 3 of 4
+    assert roc_auc([0.8, 0.4, 0.6, 0.2], [1, 1, 0, 0]) == 0.75
+    assert roc_auc([0.5, 0.5, 0.5], [1, 0, 0]) == 0.5  # ties count one half
+    with pytest.raises(ValueError, match="both classes"):
+        roc_auc([0.1, 0.2], [1, 1])
+
+
+def test_t_interval_and_bootstrap_interval():
+    mean, low, high = t_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t_{0.975, 2} · s / √n, s = 1
+    assert (mean, low, high) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    with pytest.raises(ValueError, match="at least 2"):
+        t_interval([1.0])
+    labels = np.array([1, 0] * 6)
+    groups = np.repeat(np.arange(6), 2)
+    auc, low, high = bootstrap_auc_interval(labels.astype(float), labels, groups)
+    assert (auc, low, high) == (1.0, 1.0, 1.0)
+
+
+def test_head_probabilities_and_features_hand_made():
+    logits = np.array([[0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]])  # T=2, cpt=2
+    probs = head_probabilities(logits, 2)
+    e2 = math.exp(2) / (1 + math.exp(2))
+    assert probs[0, 0].tolist() == pytest.approx([0.5, 0.5])
+    assert probs[0, 1].tolist() == pytest.approx([e2, 1 - e2])
+    output = {"train": {"logits": logits.tolist(), "y": [0, 1]}}
+    feats = model_features(output, task=1, classes_per_task=2, head_only=True)
+    # head 1: max prob e2 both; entropy H(e2); logit norm 2; accuracy 1; CE -log(e2)
+    entropy = -(e2 * math.log2(e2) + (1 - e2) * math.log2(1 - e2))
+    assert feats.tolist() == pytest.approx([e2, entropy, 2.0, 1.0, -math.log(e2)])
+    assert len(model_features(output, 1, 2)) == 3 * 2 + 2
+
+
+def test_distinguisher_separates_separable_and_not_twins():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(10), 2)
+    labels = np.tile([1, 0], 10)
+    shifted = rng.normal(size=(20, 3)) + 4.0 * labels[:, None]
+    assert roc_auc(distinguisher_scores(shifted, labels, groups), labels) == 1.0
+    twins = np.repeat(rng.normal(size=(10, 3)), 2, axis=0)  # U and O identical per seed
+    assert roc_auc(distinguisher_scores(twins, labels, groups), labels) == 0.5
+
+
+# ------------------------------------------------------------------ strict PALL options
+def test_beta_zero_stores_no_logits_and_cascade_redraws_later_tasks():
+    strategy, bm, _ = make_strategy("pall", beta=0.0)
+    strict, _, _ = make_strategy("pall", beta=0.0, strict_cascade=True)
+    for s in (strategy, strict):
+        for exp in RequestStream(bm, seq("L0 L1 L2")):
+            s.train(exp)
+    assert all(z is None for _, _, z in strategy.rehearsal.buffers.values())
+    net = strict.model
+    own_2 = net.masks[2] - net.cumulative_mask([0, 1])
+    assert strict.cascade_set(0) == (net.masks[1] - net.masks[0]) | own_2
+    assert strict.cascade_set(2).count() == 0
+    assert strict.redraw_set(0) == strict.forget_set(0) | strict.cascade_set(0)
+    assert strategy.redraw_set(0) == strategy.forget_set(0)
+    with pytest.raises(ValueError, match="strict_cascade"):
+        make_strategy("pall", strict_cascade="yes")
+
+
+def test_variants_resolve_to_their_options():
+    assert resolve_method_config(AUDIT_CONFIG, "pall_strict")["beta"] == 0.0
+    assert resolve_method_config(AUDIT_CONFIG, "pall_strict")["strict_cascade"] is True
+    assert resolve_method_config(AUDIT_CONFIG, "pall_beta0")["beta"] == 0.0
+    assert "strict_cascade" not in resolve_method_config(AUDIT_CONFIG, "pall")
+
+
+# ------------------------------------------------------------------ provenance
+@pytest.mark.parametrize(("method", "direct", "strict"), [
+    ("wsn", False, False), ("pall", True, False), ("pall_beta0", True, False),
+    ("pall_strict", True, True)])
+def test_provenance_check_at_run_time(method, direct, strict):
+    record = run_record(method, 0, AUDIT_CONFIG, requests=seq("L0 L1 L2 U1"),
+                        probe=partial(AuditProbe, [1]))
+    (check,) = record["probe"]["provenance"]
+    assert check["task"] == 1 and check["direct_entries"] > 0 and check["forward_entries"] > 0
+    assert (check["direct_pass"], check["strict_pass"]) == (direct, strict)
+    assert check["logits_free"] == (method != "pall")  # β=0.5 stores logits made with t
+
+
+def test_provenance_is_not_applicable_to_dense_methods():
+    record = run_record("sequential", 0, AUDIT_CONFIG, requests=seq("L0 L1 U1"),
+                        probe=partial(AuditProbe, [1]))
+    assert record["probe"]["provenance"] is None
+
+
+# ------------------------------------------------------------------ end to end
+def _audit(out, methods, seeds):
+    runs = run_audit(methods, seeds, AUDIT_CONFIG, out, requests=seq("L0 L1 L2 U1"),
+                     show_progress=False)
+    return runs, {r["method"]: r for r in audit_rows(runs, methods)}
+
+
+@pytest.fixture(scope="module")
+def tiny_audit(tmp_path_factory):
+    out = tmp_path_factory.mktemp("audit")
+    methods = ["sequential", "independent", "pall"]
+    return (out, methods, *_audit(out, methods, [0, 1]))
+
+
+def test_tiny_audit_records_are_stored_and_reused(tiny_audit):
+    out, methods, runs, _ = tiny_audit
+    record = runs["reference"][0]
+    assert record["train_seed"] == record["seed"] + 100_000
+    path = record_path(out / "reference", record["method"], record["seed"], AUDIT_CONFIG,
+                       seq("L0 L2"), record["train_seed"])
+    assert read_record(path) == record
+    again = run_audit(methods[:1], [0, 1], AUDIT_CONFIG, out, requests=seq("L0 L1 L2 U1"),
+                      show_progress=False)
+    assert again["unlearned"] == [r for r in runs["unlearned"] if r["method"] == "sequential"
+                                  and r["seed"] in (0, 1)]
+    outputs = record["probe"]["outputs"]["1"]
+    assert len(outputs["train"]["y"]) == 40 and len(outputs["train"]["logits"][0]) == 10
+
+
+def test_tiny_audit_measurements(tiny_audit):
+    _, _, _, rows = tiny_audit
+    # Sequential keeps task 1's head: its head alone gives it away.
+    assert rows["sequential"]["auc_head"] == 1.0 and rows["sequential"]["auc_head_low"] == 1.0
+    assert rows["sequential"]["js_gap"] > 0
+    # Independent answers the unlearned task with the same untrained model as the oracle.
+    assert rows["independent"]["auc_head"] == 0.5
+    assert not separated(rows["independent"], "auc_head", 0.5)
+    assert rows["independent"]["provenance"] == "n/a"
+    assert rows["pall"]["provenance"] == "pass"
+    assert rows["pall"]["provenance_strict"] == "FAIL (2/2)"
+
+
+@pytest.mark.slow
+def test_audit_intervals_separate_with_more_seeds(tmp_path):
+    """The report's setting (digits preset, 5 epochs, R = L0 L1 L2 L3 U1 L4), 8 seeds: a few
+    minutes. At the tiny default-run scale ER (Retraining)'s head is still distinguishable."""
+    config = {**load_config(CONFIG_DIR / "digits.yaml"), "epochs": 5}
+    requests = seq(" ".join(AUDIT_REQUESTS))
+    methods = ["sequential", "independent", "er_retrain"]
+    runs = run_audit(methods, list(range(8)), config, tmp_path, requests=requests,
+                     show_progress=False, jobs=2)
+    rows = {r["method"]: r for r in audit_rows(runs, methods)}
+    assert rows["sequential"]["auc_low"] > 0.5 and rows["sequential"]["auc_head_low"] > 0.5
+    assert not separated(rows["independent"], "auc", 0.5)
+    for method in ("independent", "er_retrain"):
+        assert not separated(rows[method], "auc_head", 0.5), rows[method]

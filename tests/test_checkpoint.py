@@ -1,0 +1,200 @@
+"""Per-request checkpoints and resume (every method), and parallel runs (--jobs)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+import pytest
+import torch
+from helpers import FAST_CONFIG, seq
+
+from pall_avalanche.checkpoint import (
+    Stateful,
+    capture_rng_state,
+    decode_state,
+    encode_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from pall_avalanche.cli import add_run_arguments, run_options
+from pall_avalanche.masks import MaskSet
+from pall_avalanche.records import read_record
+from pall_avalanche.runner import checkpoint_path, record_path, run_experiments, run_record
+from pall_avalanche.strategies import METHODS, UnlearningPlugin
+
+# 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
+CONFIG = {**FAST_CONFIG, "epochs": 1, "train_per_task": 40, "n_retrain_iters": 5,
+          "retrain_epochs": 1, "buffer_size": 50}
+REQUESTS = seq("L0 L1 U0 L2 U1")
+# Everything in a record that is not wall-clock time.
+SAME = ("method", "seed", "requests", "accuracy", "metrics", "model_size_mb",
+        "model_size_mb_per_request", "unlearning_stats", "split", "config", "config_hash")
+
+
+class Interrupted(Exception):
+    """Stands for the kill of a run."""
+
+
+class KillAfter(UnlearningPlugin):
+    """Raises at the end of the ``n``-th request this run processes (after its evaluation row,
+    before the runner checkpoints it): the run dies mid-request."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.seen = 0
+
+    def _count(self) -> None:
+        self.seen += 1
+        if self.seen == self.n:
+            raise Interrupted(f"killed in request {self.n}")
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        self._count()
+
+    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
+        self._count()
+
+
+def same_numbers(a: dict, b: dict) -> None:
+    for key in SAME:
+        assert a.get(key) == b.get(key), key
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_killed_run_resumes_to_the_identical_record(method, tmp_path):
+    ckpt = tmp_path / "seed0.ckpt"
+    uninterrupted = run_record(method, 0, CONFIG, requests=REQUESTS)
+    with pytest.raises(Interrupted):
+        run_record(method, 0, CONFIG, requests=REQUESTS, checkpoint=ckpt, plugins=[KillAfter(4)])
+    state = load_checkpoint(ckpt)  # weights_only=True
+    assert state["requests_done"] == 3 and state["resumed_after"] == []
+    assert len(state["strategy"]["plugins"]) >= 1
+    resumed = run_record(method, 0, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    same_numbers(resumed, uninterrupted)
+    assert uninterrupted["resumed_after"] == [] and resumed["resumed_after"] == [3]
+    # the timings of the first three requests come from the killed run
+    assert len(resumed["timings"]["per_request"]) == len(REQUESTS)
+
+
+def test_twice_killed_run_and_checkpoint_contents(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    reference = run_record("pall", 1, CONFIG, requests=REQUESTS)
+    with pytest.raises(Interrupted):
+        run_record("pall", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt, plugins=[KillAfter(2)])
+    with pytest.raises(Interrupted):  # resumes after 1 request, dies in the 3rd of the run
+        run_record("pall", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt, plugins=[KillAfter(3)])
+    state = torch.load(ckpt, weights_only=True)
+    assert state["requests_done"] == 3 and state["resumed_after"] == [1]
+    strategy = state["strategy"]["strategy"]
+    assert strategy["active_tasks"] == [1] and strategy["learning_order"] == [1]
+    assert strategy["learning_history"] == [0, 1]
+    assert len(strategy["unlearning_stats"]) == 1
+    (entries, tasks), = strategy["ledger.events"]  # U0 retrained entries with B^1
+    assert tasks == {1} and entries["__kind__"] == "mask_set"
+    buffers = next(v["buffers"] for k, v in state["strategy"]["plugins"].items()
+                   if k.endswith(":RehearsalPlugin"))
+    assert sorted(buffers) == [1] and len(buffers[1][0]) == CONFIG["buffer_size"] // 5
+    assert list(state["strategy"]["model"]["_extra_state"]) == ["1"]  # packed mask of task 1
+    resumed = run_record("pall", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    same_numbers(resumed, reference)
+    assert resumed["resumed_after"] == [1, 3]
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(Interrupted):
+        run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt,
+                   plugins=[KillAfter(2)])
+    with pytest.raises(ValueError, match=r"belongs to another run .*'seed'"):
+        run_record("sequential", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+
+
+def test_encode_decode_round_trip_and_refusal():
+    mask = MaskSet.from_bool({"w": torch.tensor([[True, False, True]])})
+    value = {3: (torch.arange(3), None), "s": {1, 2}, "m": [mask, 1.5, "x"]}
+    decoded = decode_state(encode_state(value))
+    assert torch.equal(decoded[3][0], torch.arange(3)) and decoded[3][1] is None
+    assert decoded["s"] == {1, 2} and decoded["m"][0] == mask and decoded["m"][1:] == [1.5, "x"]
+    with pytest.raises(TypeError, match=r"value\['bad'\] of type object cannot be checkpointed"):
+        encode_state({"bad": object()})
+
+
+def test_stateful_restores_in_place_and_checks_keys():
+    class Holder(Stateful):
+        checkpoint_attributes = ("items", "table")
+
+    class Child(Holder):
+        checkpoint_attributes = ("count",)
+
+    a = Child()
+    a.items, a.table, a.count = [1, 2], {"k": torch.ones(2)}, 7
+    assert Child.all_checkpoint_attributes() == ["items", "table", "count"]
+    b = Child()
+    b.items, b.table, b.count = [], {}, 0
+    items = b.items
+    b.load_state_dict(a.state_dict())
+    assert items is b.items and b.items == [1, 2] and b.count == 7
+    assert torch.equal(b.table["k"], torch.ones(2))
+    with pytest.raises(ValueError, match="expected"):
+        b.load_state_dict({"items": []})
+
+
+def test_rng_state_round_trip(tmp_path):
+    state = capture_rng_state()
+    save_checkpoint(tmp_path / "rng.ckpt", {"format": 1, "rng": state})
+    first = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    restore_rng_state(load_checkpoint(tmp_path / "rng.ckpt")["rng"])
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == first
+
+
+def test_jobs_give_the_same_records_and_checkpoints_are_removed(tmp_path):
+    methods, seeds = ["sequential", "pall"], [0, 1]
+    serial = run_experiments(methods, seeds, CONFIG, tmp_path / "serial", requests=REQUESTS,
+                             show_progress=False)
+    parallel = run_experiments(methods, seeds, CONFIG, tmp_path / "parallel", requests=REQUESTS,
+                               show_progress=False, jobs=2)
+    assert [(r["method"], r["seed"]) for r in parallel] == [(m, s) for m in methods
+                                                            for s in seeds]
+    for a, b in zip(serial, parallel, strict=True):
+        same_numbers(a, b)
+        path = record_path(tmp_path / "parallel", a["method"], a["seed"], CONFIG, REQUESTS)
+        same_numbers(read_record(path), a)
+        assert not checkpoint_path(path).exists()
+    assert not list((tmp_path / "serial").rglob("*.ckpt"))
+
+
+def test_run_experiments_resumes_a_left_checkpoint(tmp_path):
+    out = tmp_path / "out"
+    path = record_path(out, "wsn", 0, CONFIG, REQUESTS)
+    with pytest.raises(Interrupted):
+        run_record("wsn", 0, CONFIG, requests=REQUESTS, checkpoint=checkpoint_path(path),
+                   plugins=[KillAfter(3)])
+    record, = run_experiments(["wsn"], [0], CONFIG, out, requests=REQUESTS, show_progress=False)
+    assert record["resumed_after"] == [2] and read_record(path) == record
+    assert not checkpoint_path(path).exists()
+
+
+@pytest.mark.slow  # a second process pool: ~10 s of spawning on 2 cores
+def test_worker_error_names_method_and_seed(tmp_path):
+    bad = {**CONFIG, "buffer_size": 3}  # fewer samples per task than classes
+    with pytest.raises(ValueError, match=r"method 'pall' seed 1 failed: ValueError: "
+                                         r"buffer_size=3"):
+        run_experiments(["pall"], [1], bad, tmp_path, requests=REQUESTS,
+                        show_progress=False, jobs=2)
+    with pytest.raises(ValueError, match="jobs=0 is invalid"):
+        run_experiments(["sequential"], [0], CONFIG, tmp_path, jobs=0)
+
+
+def test_cli_jobs_and_no_checkpoint_flags():
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser, default_out="out")
+    options = run_options(parser.parse_args(["--jobs", "3", "--no-checkpoint", "--quiet"]))
+    assert {k: options[k] for k in ("device", "show_progress", "jobs", "checkpoints")} == {
+        "device": "cpu", "show_progress": False, "jobs": 3, "checkpoints": False}
+    assert run_options(parser.parse_args([]))["jobs"] == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--jobs", "0"])

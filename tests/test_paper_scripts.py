@@ -1,0 +1,217 @@
+"""The paper scripts end to end on tiny digits runs, the report aggregation on hand-made
+records, and the buffer selection strategies on hand-made inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from pall_avalanche import report
+from pall_avalanche.plugins import SELECTIONS, select_exemplars
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--seeds", "0", "--set", "epochs=1", "--train-per-task", "30", "--quiet"]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------ selection strategies
+def test_entropy_confidence_logit_distance_pick_by_hand():
+    targets = torch.tensor([0, 0, 0, 1, 1, 1])
+    logits = torch.tensor([[5.0, 0.0], [0.1, 0.0], [2.0, 0.0],     # class 0
+                           [0.0, 0.5], [0.0, 9.0], [1.0, 0.0]])    # class 1 (last: wrong)
+    # entropy: closest to uniform → index 1 in class 0; index 3 (|0.5|) in class 1
+    assert select_exemplars(targets, 2, "entropy", logits=logits).tolist() == [1, 3]
+    # confidence: largest max-probability → index 0; index 4
+    assert select_exemplars(targets, 2, "confidence", logits=logits).tolist() == [0, 4]
+    # logit distance |z_y - max_other|: class 0 → 5, 0.1, 2 → index 1; class 1 → 0.5, 9, 1
+    assert select_exemplars(targets, 2, "logit_distance", logits=logits).tolist() == [1, 3]
+    # 4 samples: 2 per class, the two best of each
+    assert select_exemplars(targets, 4, "logit_distance", logits=logits).tolist() == [1, 2, 3, 5]
+
+
+def test_herding_picks_the_sample_nearest_the_mean_first():
+    targets = torch.zeros(4, dtype=torch.long)
+    # normalised: a=(1,0) b=(0,1) c=(.707,.707) d=(.995,.0995); class mean μ=(.676,.452)
+    features = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.1]])
+    # k=1: ‖c−μ‖² = .066 < ‖d−μ‖² = .21 < ‖a−μ‖² = .31 < ‖b−μ‖² = .76
+    assert select_exemplars(targets, 1, "herding", features=features).tolist() == [2]
+    # k=2: ‖(c+d)/2−μ‖² = .033 < ‖(c+a)/2−μ‖² = .041 < ‖(c+b)/2−μ‖² = .265
+    two = select_exemplars(targets, 2, "herding", features=features).tolist()
+    assert two == [2, 3]
+    assert sorted(select_exemplars(targets, 4, "herding", features=features).tolist()) == [
+        0, 1, 2, 3]
+
+
+def test_random_selection_is_class_balanced_with_remainder_first():
+    torch.manual_seed(0)
+    targets = torch.tensor([1, 0, 1, 0, 1, 0, 1, 1])
+    picked = select_exemplars(targets, 5, "random")
+    assert picked.tolist() == sorted(picked.tolist()) and len(set(picked.tolist())) == 5
+    counts = torch.bincount(targets[picked], minlength=2).tolist()
+    assert counts == [3, 2]
+
+
+def test_selection_errors_name_the_bad_value():
+    targets = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match=r"unknown buffer selection 'best'.*'herding'"):
+        select_exemplars(targets, 2, "best")
+    with pytest.raises(ValueError, match="'entropy' needs the samples' logits"):
+        select_exemplars(targets, 2, "entropy")
+    with pytest.raises(ValueError, match="'herding' needs the samples' features"):
+        select_exemplars(targets, 2, "herding")
+    assert set(SELECTIONS) == {"random", "herding", "entropy", "confidence", "logit_distance"}
+
+
+# ------------------------------------------------------------------ report aggregation
+def _record(method: str, seed: int, metrics: dict, **extra) -> dict:
+    return {"method": method, "seed": seed, "exact": method == "pall", "metrics": metrics,
+            "config": {"benchmark": "digits", "n_tasks": 5, "epochs": 3, "model": "mlp",
+                       "train_per_task": None, "n_unlearn": 3},
+            "timings": {"learn_seconds_per_epoch": 1.0 + seed, "unlearn_seconds": None,
+                        "per_request": [{"kind": "learn", "seconds_per_epoch": 2.0},
+                                        {"kind": "unlearn", "seconds": 0.5}]},
+            "model_size_mb": 0.1 * (seed + 1),
+            "device": {"type": "cpu", "name": "Test CPU", "threads": 1},
+            "versions": {"torch": "x"}, **extra}
+
+
+M1 = {"A_l": 90.0, "A_u": 50.0, "F_l": 0.0, "F_u": 1.0, "F_u_max": 3.0}
+M2 = {"A_l": 80.0, "A_u": 40.0, "F_l": 0.0, "F_u": 2.0, "F_u_max": 5.0}
+
+
+def test_summary_frame_hand_computed():
+    stats = [{"retrained": 10, "retrained_fraction": 0.1, "retrained_mean_abs_change": 0.2},
+             {"retrained": 30, "retrained_fraction": 0.3, "retrained_mean_abs_change": None}]
+    records = [_record("pall", 0, M1, unlearning_stats=stats),
+               _record("pall", 1, M2, unlearning_stats=stats[:1]),
+               _record("sequential", 0, M1)]
+    frame = report.summary_frame(records, ("method",), extra={"twice": lambda r: 2 * r["seed"]})
+    pall = frame.set_index("method").loc["pall"]
+    assert pall["seeds"] == 2 and pall["A_l_mean"] == 85.0
+    assert pall["A_l_std"] == pytest.approx(7.0710678)
+    assert pall["A_l_min"] == 80.0 and pall["F_u_max_max"] == 5.0
+    assert pall["retrained_mean"] == pytest.approx(50 / 3)          # 10, 30, 10
+    assert pall["retrained_mean_abs_change_mean"] == pytest.approx(0.2)
+    assert pall["learn_seconds_per_epoch_mean"] == 1.5 and pall["model_size_mb"] == 0.2
+    assert pall["twice_mean"] == 1.0
+    seq = frame.set_index("method").loc["sequential"]
+    assert seq["A_l_std"] is None or pd.isna(seq["A_l_std"])
+    assert seq["retrained_mean"] is None or pd.isna(seq["retrained_mean"])
+
+
+def test_format_wide_markdown_latex_and_write(tmp_path):
+    records = [_record("pall", 0, M1, point="N_u=1"), _record("pall", 1, M2, point="N_u=1"),
+               _record("sequential", 0, M2, point="N_u=2")]
+    frame = report.summary_frame(records, ("point", "method"))
+    cells = report.format_table(frame, {"A_l": "A_l ↑", "A_u": "A_u ↓", "seeds": "Seeds"},
+                                index={"label": "Method", "point": "N_u"})
+    assert cells.to_dict("records") == [
+        {"Method": "PALL", "N_u": "N_u=1", "A_l ↑": "85.00 ± 7.07",
+         "A_u ↓": "*Exact* (45.00 ± 7.07)", "Seeds": "2"},
+        {"Method": "Sequential", "N_u": "N_u=2", "A_l ↑": "80.00", "A_u ↓": "40.00",
+         "Seeds": "1"}]
+    wide = report.wide_table(cells, row="Method", column="N_u")
+    assert list(wide.columns) == ["Method", "N_u=1 A_l ↑", "N_u=1 A_u ↓", "N_u=1 Seeds",
+                                  "N_u=2 A_l ↑", "N_u=2 A_u ↓", "N_u=2 Seeds"]
+    assert wide.iloc[1].tolist() == ["Sequential", "—", "—", "—", "80.00", "40.00", "1"]
+    assert report.to_markdown(cells).splitlines()[2] == (
+        "| PALL | N_u=1 | 85.00 ± 7.07 | *Exact* (45.00 ± 7.07) | 2 |")
+    latex = report.to_latex(cells, "cap")
+    assert r"PALL & N\_u=1 & 85.00 $\pm$ 7.07 & \textit{\textbf{Exact}} (45.00 $\pm$ 7.07)" \
+        in latex and r"\begin{tabular}{lcccc}" in latex
+    preamble = report.provenance(records, title="T", command="python x.py --a",
+                                 notes=["note"])
+    assert "Command: `python x.py --a`" in preamble and "REDUCED" in preamble
+    assert "Seeds: [0, 1] (3 runs)" in preamble and "cpu (Test CPU, 1 threads)" in preamble
+    report.write_report(tmp_path / "t", preamble=preamble, numbers=frame, cells=cells)
+    assert (tmp_path / "t.md").read_text().startswith("# T\n")
+    assert pd.read_csv(tmp_path / "t.csv")["A_l_mean"].tolist() == [85.0, 80.0]
+    assert (tmp_path / "t.tex").read_text().startswith("% # T\n")
+
+
+def test_request_timings_checks_kinds():
+    record = _record("pall", 0, M1)
+    assert report.request_timings(record, 0, 1) == (2.0, 0.5)
+    with pytest.raises(ValueError, match="request 1 is 'unlearn' and request 0 is 'learn'"):
+        report.request_timings(record, 1, 0)
+
+
+# ------------------------------------------------------------------ scripts end to end
+SCRIPTS = {
+    "fig3": ["--methods", "pall,independent", "--n-unlearn-grid", "1", "2"],
+    "table_nf": ["--nf", "0", "5"],
+    "table_retrained": [],
+    "table_buffer_selection": ["--selections", "random", "herding"],
+    "table_rehearsal": ["--methods", "er,pall", "--buffer-sizes", "20", "--betas", "0.5"],
+    "table_er_retrain": ["--methods", "pall,er_retrain", "--set", "retrain_epochs=1"],
+    "table_sparse": ["--methods", "static_sparse,pall"],
+    "table_scalability": ["--methods", "sequential,pall", "--n-unlearn-grid", "2"],
+    "table_timing": ["--methods", "sequential,pall"],
+    "table_worst_case": ["--methods", "sequential,pall"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_script_end_to_end(name, tmp_path, capsys):
+    module = _script(name)
+    argv = [*TINY, *SCRIPTS[name], "--out", str(tmp_path / "res"),
+            "--report-dir", str(tmp_path / "rep")]
+    markdown = module.main(argv)
+    stem = tmp_path / "rep" / f"{name}_digits"
+    for suffix in (".md", ".csv", ".tex"):
+        assert Path(f"{stem}{suffix}").is_file()
+    assert markdown == Path(f"{stem}.md").read_text()
+    assert f"Command: `python benchmarks/{name}.py {' '.join(argv)}`" in markdown
+    assert "REDUCED" in markdown and "Seeds: [0]" in markdown
+    if name in ("fig3", "table_scalability", "table_timing"):
+        assert Path(f"{stem}.png").stat().st_size > 1000
+    # a rerun reuses every record: identical numbers
+    first = pd.read_csv(f"{stem}.csv")
+    module.main(argv)
+    pd.testing.assert_frame_equal(first, pd.read_csv(f"{stem}.csv"))
+
+
+def test_retrained_stats_reach_the_record(tmp_path):
+    module = _script("table_retrained")
+    module.main([*TINY, "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path)])
+    record = json.loads(next((tmp_path / "res").rglob("seed0.json")).read_text())
+    assert len(record["unlearning_stats"]) == record["config"]["n_unlearn"]
+    assert {"redrawn", "retrained", "retrained_fraction"} <= set(record["unlearning_stats"][0])
+    markdown = (tmp_path / "table_retrained_digits.md").read_text()
+    # the mlp backbone on 8x8 digits with a 5 x 2 head: d counted from the built model
+    split = record["split"]
+    from pall_avalanche.models import build_model, count_parameters
+    d = count_parameters(build_model("mlp", input_shape=tuple(split["input_shape"]),
+                                     n_tasks=5, classes_per_task=2))
+    assert f"| # total params: d | {d:,} |" in markdown
+
+
+def test_report_module_cli(tmp_path):
+    _script("table_nf").main([*TINY, "--nf", "0", "5", "--out", str(tmp_path / "res"),
+                              "--report-dir", str(tmp_path)])
+    markdown = report.main([str(tmp_path / "res"), "--out", str(tmp_path / "all")])
+    assert "n_retrain_iters=0" in markdown and "n_retrain_iters=5" in markdown
+    assert "Command: `python -m pall_avalanche.report" in markdown
+    assert (tmp_path / "all_heatmaps.png").is_file() and (tmp_path / "all.tex").is_file()
+
+
+def test_bad_input_is_one_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown selection\(s\) \['best'\]"):
+        _script("table_buffer_selection").main([*TINY, "--selections", "best",
+                                                "--out", str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        report.main([str(tmp_path / "missing")])

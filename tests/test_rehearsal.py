@@ -1,0 +1,241 @@
+"""ER, DER++, GEM and ER (Retraining): buffers, replay, GEM's projection and unlearning, with
+real training on digits."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from avalanche.training.plugins import GEMPlugin
+from helpers import TINY_VIT, make_strategy, seq, snapshot
+
+from pall_avalanche.config import load_config, resolve_method_config
+from pall_avalanche.evaluation import compute_metrics
+from pall_avalanche.strategies import METHODS, UnlearningPlugin
+from pall_avalanche.streams import RequestStream
+
+CONFIGS = Path(__file__).parents[1] / "benchmarks" / "configs"
+REPLAY = ("er", "derpp", "gem", "er_retrain")
+
+
+@torch.no_grad()
+def uniform_ce(model, x, task) -> float:
+    """Mean CE of the task's predictions on ``x`` towards the uniform distribution (eval)."""
+    model.eval()
+    log_p = torch.log_softmax(model(x, task), dim=1)
+    model.train()
+    return float(-log_p.mean())
+
+
+def test_registry_and_config_files():
+    labels = {m: (METHODS[m].label, METHODS[m].exact) for m in REPLAY}
+    assert labels == {"er": ("ER", False), "derpp": ("DER++", False), "gem": ("GEM", False),
+                      "er_retrain": ("ER (Retraining)", True)}
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        for method in REPLAY:
+            config = resolve_method_config(load_config(path), method)
+            assert all(k in config for k in METHODS[method].params), (path.name, method)
+            if path.stem.startswith("cifar"):
+                assert config["lr"] == 0.001                  # paper appendix
+    gem = resolve_method_config(load_config(CONFIGS / "cifar10.yaml"), "gem")
+    assert gem["memory_strength"] == 0.5 and gem["buffer_size"] == 500
+
+
+def test_buffer_is_class_balanced_and_holds_real_samples_of_its_task():
+    strategy, bm, _ = make_strategy("er", buffer_size=55, epochs=1)   # 55 // 5 = 11 per task
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+    assert sorted(strategy.rehearsal.buffers) == [0, 1]
+    for task in (0, 1):
+        x, y, z = strategy.rehearsal.buffers[task]
+        assert z is None                                   # ER stores no logits
+        assert torch.bincount(y).tolist() == [6, 5]        # remainder to the first class
+        data = bm.train_stream[task].dataset.eval()
+        pool = torch.stack([data[i][0] for i in range(len(data))])
+        labels = torch.as_tensor(list(data.targets))
+        rows = [int((pool == row).flatten(1).all(1).nonzero()[0]) for row in x]
+        assert len(set(rows)) == 11                        # distinct training samples
+        assert torch.equal(labels[rows], y)
+
+
+@pytest.mark.parametrize("method", REPLAY)
+def test_request_sequence_learns_unlearns_and_deletes_the_buffer(method):
+    strategy, bm, evaluation = make_strategy(method)
+    requests = seq("L0 L1 L2 U1 L3")
+    stream = RequestStream(bm, requests)
+    for exp in stream[:3]:
+        strategy.train(exp)
+    x1 = strategy.rehearsal.buffers[1][0].clone()
+    before = uniform_ce(strategy.model, x1, 1)
+    for exp in stream[3:]:
+        strategy.train(exp)
+    acc = np.asarray(evaluation.accuracy)
+    assert acc.shape == (5, 5) and len(evaluation.timings) == 5
+    assert [t["kind"] for t in evaluation.timings] == ["learn"] * 3 + ["unlearn", "learn"]
+    assert len(evaluation.model_sizes_mb) == 5
+    metrics = compute_metrics(acc, requests)
+    assert all(metrics[k] is not None for k in ("A_l", "A_u", "F_l", "F_u", "F_u_max"))
+    assert metrics["A_l"] > 85.0
+    assert sorted(strategy.rehearsal.buffers) == [0, 2, 3] == sorted(strategy.active_tasks)
+    assert acc[2, 1] > 90.0
+    if method == "gem":
+        assert sorted(strategy.gem.memory_x) == [0, 2, 3]
+        assert all(strategy.gem.memory_x[t] is strategy.rehearsal.buffers[t][0]
+                   for t in (0, 2, 3))
+    if method != "er_retrain":
+        # fine-tuning pushed t's buffer to uniform predictions: CE → log 2, accuracy → chance
+        assert before > math.log(2) + 0.3
+        assert uniform_ce(strategy.model, x1, 1) < math.log(2) + 0.05
+        assert acc[3, 1] < 65.0
+    assert acc[3, 0] > 85.0 and acc[3, 2] > 85.0           # remaining tasks stay learned
+
+
+class LossRecorder(UnlearningPlugin):
+    """Runs first at ``before_backward``: records the plain CE loss and the RNG state."""
+
+    def before_backward(self, strategy, **kwargs):
+        self.loss = strategy.loss.detach().clone()
+        self.rng = torch.get_rng_state()
+
+
+class ReplayChecker(UnlearningPlugin):
+    """Runs last at ``before_backward``: the loss grew by exactly the replay loss recomputed
+    with the same random minibatches."""
+
+    def __init__(self, first: LossRecorder):
+        super().__init__()
+        self.first, self.checked = first, []
+
+    @torch.no_grad()
+    def before_backward(self, strategy, **kwargs):
+        added = strategy.loss.detach() - self.first.loss
+        tasks = list(strategy.active_tasks)
+        if not tasks:
+            assert added == 0
+            return
+        after = torch.get_rng_state()
+        torch.set_rng_state(self.first.rng)
+        expected = strategy.rehearsal.replay_loss(strategy.model, tasks, 32 // len(tasks))
+        torch.set_rng_state(after)
+        assert torch.allclose(added, expected, rtol=1e-5, atol=1e-6)
+        self.checked.append(len(tasks))
+
+
+def test_derpp_replays_every_learning_minibatch_with_its_own_heads_logits():
+    strategy, bm, _ = make_strategy("derpp", epochs=1, lr=0.01)
+    first = LossRecorder()
+    checker = ReplayChecker(first)
+    strategy.plugins.insert(0, first)
+    strategy.plugins.append(checker)
+    stored = {}
+    for task in (0, 1, 2):
+        strategy.train(bm.train_stream[task])
+        x, _, z = strategy.rehearsal.buffers[task]
+        stored[task] = z.clone()
+        strategy.model.eval()
+        with torch.no_grad():            # z is task t's head block, in eval mode (#1657 fix)
+            assert torch.equal(z, strategy.model(x, task))
+        strategy.model.train()
+        assert z.shape == (20, 2)
+    for task in (0, 1, 2):               # stored once, never recomputed
+        assert torch.equal(strategy.rehearsal.buffers[task][2], stored[task])
+    n_batches = math.ceil(120 / 32)
+    assert checker.checked == [1] * n_batches + [2] * n_batches
+
+
+def test_derpp_replay_loss_by_hand():
+    strategy, bm, _ = make_strategy("derpp", epochs=1, lr=0.01)
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+    net, rehearsal = strategy.model, strategy.rehearsal
+    torch.manual_seed(7)
+    loss = rehearsal.replay_loss(net, [0, 1], 5)
+    torch.manual_seed(7)
+    expected = 0.0
+    for task in (0, 1):
+        x, y, z = rehearsal.buffers[task]
+        ce_index = torch.randperm(20)[:5]
+        log_p = torch.log_softmax(net(x[ce_index], task), dim=1)
+        ce = -log_p[torch.arange(5), y[ce_index]].mean()
+        mse_index = torch.randperm(20)[:5]
+        mse = ((net(x[mse_index], task) - z[mse_index]) ** 2).mean()
+        expected = expected + 1.0 * ce + 0.5 * mse
+    assert torch.allclose(loss, expected / 2)
+
+
+def test_gem_projection_by_hand_and_as_upstream():
+    strategy, _, _ = make_strategy("gem")
+    gem = strategy.gem
+    a = torch.tensor([1.0, 2.0, 0.0, -1.0])
+    g = torch.tensor([-1.0, 0.5, 3.0, 2.0])                   # a·g = -2 < 0
+    gem.G = a[None]
+    for gamma, v in ((0.0, 2 / 6.001), (0.5, 0.5)):          # v = max(γ, -a·g / (|a|² + 1e-3))
+        gem.memory_strength = gamma
+        assert torch.allclose(gem.solve_quadprog(g), g + v * a, atol=1e-6)
+    torch.manual_seed(0)
+    gem.G, g = torch.randn(3, 50), torch.randn(50)
+    upstream = GEMPlugin(patterns_per_experience=1, memory_strength=0.5)
+    upstream.G = gem.G
+    assert torch.allclose(gem.solve_quadprog(g), upstream.solve_quadprog(g), atol=1e-5)
+
+
+def test_er_retraining_redraws_every_parameter_and_keeps_remaining_tasks():
+    strategy, bm, evaluation = make_strategy("er_retrain")
+    stream = RequestStream(bm, seq("L0 L1 L2 U1"))
+    for exp in stream[:3]:
+        strategy.train(exp)
+    before = snapshot(strategy.model)
+    strategy.train(stream[3])
+    after = snapshot(strategy.model)
+    assert before.keys() == after.keys()
+    for name in before:                                   # no entry survives
+        assert (before[name] != after[name]).all(), name
+    assert sorted(strategy.rehearsal.buffers) == [0, 2]
+    assert strategy.retrain_steps() == 10 * math.ceil(40 / 32)
+    assert evaluation.accuracy[-1][0] > 85.0 and evaluation.accuracy[-1][2] > 85.0
+
+
+@pytest.mark.parametrize("model", ["mlp", "vit_t8"])
+def test_er_retraining_depends_only_on_the_remaining_buffers(model):
+    """Same RNG state, different pre-unlearning weights: a bit-identical result, so nothing
+    of the model that saw D^t survives unlearning."""
+    kwargs = {"model_kwargs": TINY_VIT} if model == "vit_t8" else {}
+    strategy, bm, _ = make_strategy("er_retrain", model=model, epochs=1, **kwargs)
+    stream = RequestStream(bm, seq("L0 L1 U1"))
+    for exp in stream[:2]:
+        strategy.train(exp)
+    before, buffers, rng = snapshot(strategy.model), dict(strategy.rehearsal.buffers), \
+        torch.get_rng_state()
+    strategy.train(stream[2])
+    after = snapshot(strategy.model)
+    strategy.model.load_state_dict({k: torch.randn_like(v) for k, v in before.items()})
+    strategy.rehearsal.buffers, strategy.active_tasks = buffers, [0, 1]
+    torch.set_rng_state(rng)
+    strategy.train(stream[2])
+    for name, value in snapshot(strategy.model).items():
+        assert torch.equal(value, after[name]), name
+
+
+def test_er_retraining_with_no_task_left_only_redraws():
+    strategy, bm, _ = make_strategy("er_retrain", epochs=1)
+    stream = RequestStream(bm, seq("L0 U0 L1"))
+    strategy.train(stream[0])
+    before = snapshot(strategy.model)
+    strategy.train(stream[1])
+    for name, value in snapshot(strategy.model).items():
+        assert (value != before[name]).all(), name
+    assert strategy.rehearsal.buffers == {}
+    strategy.train(stream[2])
+    assert sorted(strategy.rehearsal.buffers) == [1]
+
+
+def test_bad_hyper_parameters_fail_clearly():
+    with pytest.raises(ValueError, match=r"memory_strength=-1 must be >= 0"):
+        make_strategy("gem", memory_strength=-1)
+    with pytest.raises(ValueError, match=r"retrain_epochs=-1 must be an integer >= 0"):
+        make_strategy("er_retrain", retrain_epochs=-1)
+    with pytest.raises(ValueError, match=r"buffer_size=5 gives 1 samples per task .* >= 10"):
+        make_strategy("derpp", buffer_size=5)
+    with pytest.raises(ValueError, match=r"beta=-1 and n_retrain_iters=50 must be >= 0"):
+        make_strategy("derpp", beta=-1)

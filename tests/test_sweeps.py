@@ -1,0 +1,91 @@
+"""Every W&B sweep file in benchmarks/sweeps parses, runs a real script and passes only flags
+that script's parser accepts, for every grid value (as ``wandb agent`` would expand
+``${args}`` to ``--name=value``)."""
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((ROOT / "benchmarks" / "sweeps").glob("*.yaml"))
+
+
+def script_parser(program: str):
+    """The argparse parser the program builds (its ``main`` parses with it)."""
+    import argparse
+
+    spec = importlib.util.spec_from_file_location("swept_script", ROOT / program)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    captured = {}
+    original = argparse.ArgumentParser.parse_args
+
+    def capture(self, args=None, namespace=None):
+        captured["parser"] = self
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        with pytest.raises(SystemExit):
+            module.main([])
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    return captured["parser"]
+
+
+def command_lines(sweep: dict) -> list[list[str]]:
+    """The argument lists the agent runs: fixed command arguments plus ``--name=value``."""
+    params = sweep["parameters"]
+    names = list(params)
+    grids = [params[n]["values"] if "values" in params[n] else [params[n]["value"]]
+             for n in names]
+    fixed = [a for a in sweep["command"] if not a.startswith("${")]
+    assert sweep["command"][:3] == ["${env}", "${interpreter}", "${program}"]
+    assert sweep["command"][-1] == "${args}"
+    return [[*fixed, *(f"--{n}={v}" for n, v in zip(names, combo, strict=True))]
+            for combo in itertools.product(*grids)]
+
+
+def test_there_are_sweeps_for_every_swept_hyper_parameter():
+    flags = set()
+    for path in SWEEPS:
+        flags |= set(yaml.safe_load(path.read_text())["parameters"])
+    assert {"alpha", "n-unlearn", "n-retrain-iters", "buffer-size", "beta", "seeds"} <= flags
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_parameters_are_flags_of_the_program(path):
+    sweep = yaml.safe_load(path.read_text())
+    assert sweep["method"] == "grid" and (ROOT / sweep["program"]).is_file()
+    parser = script_parser(sweep["program"])
+    dests = {a.dest for a in parser._actions}
+    lines = command_lines(sweep)
+    assert lines
+    for argv in lines:
+        args = parser.parse_args(argv)             # exits (SystemExit 2) on an unknown flag
+        assert args.wandb and args.seeds and len(args.seeds) == 1
+        for name in sweep["parameters"]:
+            dest = name.replace("-", "_")
+            assert dest in dests, f"{name} is not a flag of {sweep['program']}"
+            value = getattr(args, dest)
+            grid = sweep["parameters"][name]
+            allowed = grid.get("values", [grid.get("value")])
+            assert (value[0] if isinstance(value, list) else
+                    str(value) if isinstance(value, Path) else value) in allowed
+
+
+def test_swept_flags_reach_the_configuration():
+    """--n-retrain-iters / --buffer-size / --beta / --alpha / --n-unlearn set config keys."""
+    from pall_avalanche.cli import config_from_args
+
+    parser = script_parser("benchmarks/table1.py")
+    args = parser.parse_args(["--benchmark=cifar100", "--alpha=0.1", "--n-unlearn=5",
+                              "--n-retrain-iters=25", "--buffer-size=1000", "--beta=0.0",
+                              "--seeds=7"])
+    config, seeds, _ = config_from_args(args, ROOT / "benchmarks" / "configs")
+    assert seeds == [7]
+    assert (config["alpha"], config["n_unlearn"], config["n_retrain_iters"],
+            config["buffer_size"], config["beta"]) == (0.1, 5, 25, 1000, 0.0)
