@@ -16,9 +16,7 @@ Tensors keep their device: resume on the device the run started on.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from avalanche.training.utils import ParamData
 from torch import nn
 
 from pall_avalanche.masks import MaskSet
+from pall_avalanche.records import write_atomic
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -215,18 +214,7 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     :param path: the checkpoint file.
     :param state: plain data (see :func:`encode_state`).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(dict(state), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda f: torch.save(dict(state), f), binary=True)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Adding a method is one module with its strategy plus one :func:`register_method`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,11 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
     missing = [k for k in spec.params if k not in config]
     if missing:
         raise ValueError(f"the configuration lacks {missing}, needed by method {name!r}")
+    with warnings.catch_warnings():
+        # Results are recorded by our own plugins (RequestEvaluationPlugin, W&B logging), so
+        # Avalanche's evaluator has no loggers on purpose.
+        warnings.filterwarnings("ignore", message="No loggers specified")
+        evaluator = EvaluationPlugin(loggers=[])
     return spec.strategy(
         model=model,
         optimizer=make_optimizer(config, model.parameters()),
@@ -92,7 +98,7 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
         lr_schedule=config["lr_schedule"],
         device=device,
         plugins=list(plugins),
-        evaluator=EvaluationPlugin(loggers=[]),
+        evaluator=evaluator,
         **{k: config[k] for k in spec.params},
         **{k: config[k] for k in spec.optional if k in config},
     )
