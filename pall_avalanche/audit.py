@@ -373,7 +373,10 @@ class ProvenanceTracker(UnlearningPlugin):
             sources = set().union(*(self._influencers(m) for m in masks.values()))
             sources |= set().union(*(self.logit_deps.get(u, set()) for u in remaining))
             for u in remaining:
-                self.direct[u] |= retrained
+                # B^u's loss term moves only entries of u's own mask (protocol §5.3); the rest
+                # of the retrained entries merely saw u's weights in the forward pass.
+                self.direct[u] |= retrained & masks[u]
+                self.forward[u] |= retrained & ~masks[u]
             for u in sources & set(self.direct):
                 self.forward[u] |= retrained
         self._start = self._expected = None

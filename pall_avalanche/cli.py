@@ -136,8 +136,11 @@ def config_from_args(args: argparse.Namespace, config_dir: Path
     overrides += [parse_override(text) for text in args.overrides]
     config = apply_overrides(config, overrides)
     seeds = list(args.seeds) if args.seeds is not None else list(config.get("seeds", [0]))
-    requests = (RequestSequence.load(args.requests, config["n_tasks"])
-                if args.requests is not None else None)
+    requests = None
+    if args.requests is not None:
+        requests = RequestSequence.load(args.requests, config["n_tasks"])
+        # The replayed sequence decides N_u (records and reports group by it).
+        config["n_unlearn"] = len(requests.unlearned_tasks)
     return config, seeds, requests
 
 

@@ -132,8 +132,9 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
     """Run (or reuse) every record of ``points`` × methods × seeds and return them in that
     order, each a copy with ``"point"`` (the label) and ``"point_overrides"`` added.
 
-    Keys the user set on the command line win over a point's overrides, so every key stays
-    overridable; a point whose methods are all deselected is skipped.
+    Keys the user set on the command line win over a point's fixed overrides, so every key
+    stays overridable; setting a key the points sweep (different values per point) is an
+    error. A point whose methods are all deselected is skipped.
 
     :param points: the sweep.
     :param run: the parsed invocation (configuration, seeds, device, ``--out``).
@@ -142,6 +143,14 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
     labels = [p.label for p in points]
     if len(set(labels)) != len(labels):
         raise ValueError(f"grid point labels must be distinct, got {labels}")
+    swept = {key for point in points for key in point.overrides
+             if len({repr(p.overrides.get(key)) for p in points}) > 1}
+    clashes = sorted(k for k in run.explicit for key in swept
+                     if k == key or (k.startswith("methods.") and k.split(".", 2)[-1] == key))
+    if clashes:
+        raise ValueError(f"the command line sets {clashes}, which this script sweeps "
+                         f"({sorted(swept)} over the points {labels}); drop the setting or use "
+                         "the script's sweep flag")
     records = []
     for point in points:
         methods = run.pick(point.methods) if point.methods is not None else run.methods
@@ -187,7 +196,8 @@ def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: 
     notes = [*notes, f"Records: `{run.args.out}`"]
     if written:
         notes.append(f"Figures: {', '.join(written)}")
-    preamble = provenance(records, title=title, command=run.command, notes=notes)
+    preamble = provenance(records, title=title, command=run.command, notes=notes,
+                          changed=run.explicit)
     markdown = write_report(stem, preamble=preamble, numbers=numbers, cells=cells,
                             caption=title)
     log_table(WandbSettings.from_args(run.args), stem.name, numbers, config=run.config,

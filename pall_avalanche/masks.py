@@ -360,8 +360,9 @@ class SubnetworkNet(MultiTaskModule):
 
     def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
         """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""
-        if task not in self._cache:
-            self._cache[task] = self.masks[task].bools(self.weight(HEAD).device)
+        device = self.weight(HEAD).device
+        if task not in self._cache or self._cache[task][HEAD].device != device:
+            self._cache[task] = self.masks[task].bools(device)
         return self._cache[task]
 
     # ------------------------------------------------------------------ forward

@@ -328,8 +328,9 @@ class RehearsalPlugin(UnlearningPlugin):
                      param_groups: list[dict], n_iters: int,
                      trainable: list[torch.Tensor] | None = None,
                      forget: int | None = None) -> None:
-        """The replay loop: ``n_iters`` steps of a fresh optimizer of the learning type (no
-        scheduler) on :meth:`replay_loss` over ``tasks`` plus, with ``forget=t``,
+        """The replay objective in the strategy's optimisation loop
+        (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.optimization_steps`):
+        ``n_iters`` steps on :meth:`replay_loss` over ``tasks`` plus, with ``forget=t``,
         :meth:`uniform_loss` on B^t. The minibatch, ``batch_size`` samples, is split evenly
         over the buffers used.
 
@@ -344,20 +345,15 @@ class RehearsalPlugin(UnlearningPlugin):
             raise ValueError("replay_steps needs remaining tasks or a task to forget; got "
                              f"tasks={list(tasks)} and forget=None")
         net = strategy.model
-        params = [p for group in param_groups for p in group["params"]]
-        optimizer = strategy.fresh_optimizer(param_groups)
         per_task = max(1, strategy.train_mb_size // (len(tasks) + (forget is not None)))
-        net.train()
-        for _ in range(n_iters):
-            optimizer.zero_grad(set_to_none=True)
-            loss = self.replay_loss(net, tasks, per_task) if tasks else 0.0
+
+        def loss() -> torch.Tensor:
+            total = self.replay_loss(net, tasks, per_task) if tasks else 0.0
             if forget is not None:
-                loss = loss + self.uniform_loss(net, forget, per_task)
-            loss.backward()
-            if trainable is not None:
-                mask_gradients_(params, trainable, strategy.weight_decay)
-            optimizer.step()
-        net.zero_grad(set_to_none=True)
+                total = total + self.uniform_loss(net, forget, per_task)
+            return total
+
+        strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)
 
     def retrain(self, strategy: UnlearningTemplate, entries: MaskSet,
                 tasks: Sequence[int]) -> None:

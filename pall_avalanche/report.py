@@ -17,6 +17,7 @@ found under a results folder.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import shlex
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
-from pall_avalanche.records import read_record, write_text_atomic
+from pall_avalanche.records import read_record, write_atomic, write_text_atomic
 from pall_avalanche.strategies import METHODS
 
 __all__ = [
@@ -235,10 +236,14 @@ def to_latex(cells: pd.DataFrame, caption: str = "") -> str:
 
 
 def provenance(records: Sequence[dict], *, title: str, command: str,
-               notes: Sequence[str] = ()) -> str:
+               notes: Sequence[str] = (), changed: Iterable[str] = ()) -> str:
     """The Markdown preamble every report carries: title, exact command, scale (from the
-    records' configurations: a digits or subsampled run is labelled reduced), seeds,
-    hardware and package versions, plus the script's own ``notes``."""
+    records' configurations: a digits or subsampled run is labelled reduced; a paper-benchmark
+    run with ``changed`` keys names them), seeds, hardware and package versions, plus the
+    script's own ``notes``.
+
+    :param changed: configuration keys set on the command line (``data_root`` does not count).
+    """
     if not records:
         raise ValueError("provenance needs at least one record")
     configs = [r["config"] for r in records]
@@ -250,8 +255,15 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
     scale = (f"benchmark {', '.join(benchmarks)}; T = {', '.join(map(str, tasks))}; "
              f"{', '.join(map(str, epochs))} epochs per learning request; train_per_task "
              f"{', '.join(per_task)}; model {', '.join(sorted({c['model'] for c in configs}))}")
-    scale += (" — a REDUCED CPU-scale run, not the paper's protocol; numbers are not comparable"
-              " to the paper's" if reduced else " — the paper's protocol")
+    changed = sorted(set(changed) - {"data_root"})
+    if reduced:
+        scale += (" — a REDUCED CPU-scale run, not the paper's protocol; numbers are not "
+                  "comparable to the paper's")
+    elif changed:
+        scale += (f" — the paper's configuration with {', '.join(changed)} changed on the "
+                  "command line: not the paper's protocol as such")
+    else:
+        scale += " — the paper's protocol"
     seeds = sorted({int(r["seed"]) for r in records})
     devices = sorted({f"{r['device']['type']} ({r['device']['name']}"
                       + (f", {r['device']['threads']} threads" if "threads" in r["device"]
@@ -398,16 +410,10 @@ def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str =
 
 
 def _save(fig, path: str | Path) -> None:
-    import io
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     _pyplot().close(fig)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    tmp.replace(path)
+    write_atomic(path, lambda f: f.write(buffer.getvalue()), binary=True)
 
 
 # ------------------------------------------------------------------------------------ CLI

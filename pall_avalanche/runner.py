@@ -288,6 +288,11 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         raise ValueError(f"unknown method(s) {unknown}; valid methods are {sorted(METHODS)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} is invalid; it must be an integer >= 1")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
+    if probe is not None and checkpoints:
+        raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
     pairs = [(m, s) for m in methods for s in seeds]
     train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
                    for s in seeds}

@@ -147,6 +147,17 @@ def test_provenance_check_at_run_time(method, direct, strict):
     assert check["logits_free"] == (method != "pall")  # β=0.5 stores logits made with t
 
 
+@pytest.mark.parametrize("method", ["pall", "pall_beta0", "pall_strict"])
+def test_direct_provenance_holds_over_two_unlearning_requests(method):
+    """The second unlearning must re-draw what the first retraining moved with B^t in the
+    loss — the entries of m_t — and nothing outside m_t is required of it."""
+    record = run_record(method, 0, AUDIT_CONFIG, requests=seq("L0 L1 L2 L3 U0 U2"),
+                        probe=partial(AuditProbe, [0, 2]))
+    checks = record["probe"]["provenance"]
+    assert [c["task"] for c in checks] == [0, 2]
+    assert all(c["direct_pass"] and c["direct_entries"] > 0 for c in checks)
+
+
 def test_provenance_is_not_applicable_to_dense_methods():
     record = run_record("sequential", 0, AUDIT_CONFIG, requests=seq("L0 L1 U1"),
                         probe=partial(AuditProbe, [1]))

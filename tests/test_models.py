@@ -4,6 +4,7 @@ stored masks, and mask checkpoints that are as small as the paper's accounting s
 import pytest
 import torch
 from helpers import FAST_CONFIG, TINY_VIT
+from torch import nn
 
 from pall_avalanche.evaluation import model_size_mb
 from pall_avalanche.masks import MaskSet, SubnetworkNet
@@ -19,6 +20,17 @@ from pall_avalanche.strategies import PALL, Independent, make_optimizer
 def test_dense_parameter_counts(name, shape, n_tasks, cpt, expected):
     net = build_model(name, input_shape=shape, n_tasks=n_tasks, classes_per_task=cpt)
     assert count_parameters(net) == expected
+
+
+def test_normalisation_carries_nothing_across_tasks():
+    """BatchNorm (ResNets) and LayerNorm (ViT) have no affine parameters and no running
+    statistics: nothing a task trains can reach another task through normalisation."""
+    for name, shape in (("resnet18", (3, 32, 32)), ("vit_t8", (3, 64, 64))):
+        net = build_model(name, input_shape=shape, n_tasks=5, classes_per_task=2)
+        norms = [m for m in net.modules() if isinstance(m, (nn.BatchNorm2d, nn.LayerNorm))]
+        assert norms and list(net.buffers()) == []
+        assert not any(getattr(m, "affine", False) or getattr(m, "elementwise_affine", False)
+                       or getattr(m, "track_running_stats", False) for m in norms)
 
 
 def test_vit_per_task_tokens_and_maskable_entries():

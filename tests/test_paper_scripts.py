@@ -215,3 +215,8 @@ def test_bad_input_is_one_clear_error(tmp_path):
                                                 "--out", str(tmp_path)])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         report.main([str(tmp_path / "missing")])
+    # A command-line value for a key the script sweeps would silently collapse the sweep.
+    with pytest.raises(ValueError, match=r"the command line sets \['methods.pall.n_unlearn'\]"):
+        _script("fig3").main([*TINY, "--n-unlearn-grid", "1", "2", "--set",
+                              "methods.pall.n_unlearn=2", "--out", str(tmp_path)])
+    assert not list(tmp_path.rglob("*.json"))

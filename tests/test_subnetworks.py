@@ -7,7 +7,7 @@ from helpers import make_strategy, predictions, seq
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, restricted_topk_mask
 from pall_avalanche.models import build_model
-from pall_avalanche.strategies import METHODS
+from pall_avalanche.strategies import METHODS, PALL, WSN, register_method
 from pall_avalanche.strategies.sparse import share_sizes
 from pall_avalanche.streams import RequestStream, UnlearnExperience
 
@@ -168,3 +168,25 @@ def test_per_task_vit_tokens_train_with_their_task_and_reset_only_when_exact(met
     assert moved_token_sets(stream[0]) == [0]
     assert moved_token_sets(stream[1]) == [1]
     assert moved_token_sets(stream[2]) == ([0] if METHODS[method].exact else [])
+
+
+def test_subnetwork_strategies_refuse_what_they_would_silently_get_wrong():
+    net = build_model("mlp", input_shape=(1, 8, 8), n_tasks=5, classes_per_task=2)
+    sgd = torch.optim.SGD(net.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=r"has alpha=0.5, the strategy alpha=0.1"):
+        WSN(model=SubnetworkNet(net, 0.5), optimizer=sgd, alpha=0.1)
+    shared_tokens = build_model("vit_t8", input_shape=(1, 8, 8), n_tasks=5, classes_per_task=2,
+                                patch_size=4, width=8, depth=1, heads=2, mlp_dim=8)
+    with pytest.raises(ValueError, match=r"\['backbone.cls_tokens.0', 'backbone.pos_embeds.0'\]"
+                                         r" are neither Conv2d/Linear weights"):
+        PALL(model=shared_tokens, optimizer=sgd, alpha=0.2, buffer_size=10)
+    with pytest.raises(ValueError, match=r"method 'pall' is already registered \(PALL\)"):
+        register_method("pall", PALL, exact=True)
+
+
+def test_dynamic_sparse_refuses_a_sixth_learning_request():
+    strategy, bm, _ = make_strategy("dynamic_sparse", epochs=1, train_per_task=20)
+    for exp in RequestStream(bm, seq("L0 L1 L2 L3 L4 U2")):
+        strategy.train(exp)
+    with pytest.raises(ValueError, match=r"learning request 6 \(task 2\): dynamic sparse"):
+        strategy.train(bm.train_stream[2])

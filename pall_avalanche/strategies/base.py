@@ -19,7 +19,7 @@ Conventions shared by all methods (protocol §6):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
@@ -30,6 +30,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
 
@@ -154,6 +155,30 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     def fresh_optimizer(self, param_groups: list[dict]) -> Optimizer:
         """A new optimizer of the constructor's class and hyper-parameters, with no state."""
         return self._optimizer_class(param_groups, **self._optimizer_defaults)
+
+    def optimization_steps(self, param_groups: list[dict], n_iters: int,
+                           loss: Callable[[], torch.Tensor], *,
+                           trainable: list[torch.Tensor] | None = None) -> None:
+        """The one optimisation loop of unlearning and retraining: ``n_iters`` steps of a
+        fresh optimizer (:meth:`fresh_optimizer`, no scheduler) on ``loss()``, in train mode.
+
+        :param param_groups: the optimizer's parameter groups.
+        :param n_iters: the number of steps.
+        :param loss: computes the loss of one step (draws its own minibatch).
+        :param trainable: float 0/1 tensors shaped like the parameters of ``param_groups`` (in
+            order): only their 1-entries change, and weight decay moves to the gradient (give
+            those groups ``weight_decay=0``). ``None``: every entry is trained.
+        """
+        params = [p for group in param_groups for p in group["params"]]
+        optimizer = self.fresh_optimizer(param_groups)
+        self.model.train()
+        for _ in range(n_iters):
+            optimizer.zero_grad(set_to_none=True)
+            loss().backward()
+            if trainable is not None:
+                mask_gradients_(params, trainable, self.weight_decay)
+            optimizer.step()
+        self.model.zero_grad(set_to_none=True)
 
     @property
     def weight_decay(self) -> float:

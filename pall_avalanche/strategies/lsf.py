@@ -87,20 +87,19 @@ class LSF(LwF):
     # -------------------------------------------------------------- unlearning
     def _unlearn(self, task: int) -> None:
         remaining = list(self.active_tasks)
-        optimizer = self.fresh_optimizer(self.optimizer_param_groups())
+        param_groups = self.optimizer_param_groups()
         x, y, t = self.code_batch([task, *remaining])
         n_forget = len(self.codes[task])
         uniform = torch.full((n_forget, self.model.classes_per_task),
                              1.0 / self.model.classes_per_task, device=x.device)
-        self.model.train()
-        for _ in range(self.n_retrain_iters):
-            optimizer.zero_grad(set_to_none=True)
+
+        def loss() -> torch.Tensor:
             logits = avalanche_forward(self.model, x, t)
-            loss = F.cross_entropy(logits[:n_forget], uniform)
+            total = F.cross_entropy(logits[:n_forget], uniform)
             if remaining:
-                loss = loss + self.gamma * F.cross_entropy(logits[n_forget:], y[n_forget:])
-            loss.backward()
-            optimizer.step()
-        self.model.zero_grad(set_to_none=True)
+                total = total + self.gamma * F.cross_entropy(logits[n_forget:], y[n_forget:])
+            return total
+
+        self.optimization_steps(param_groups, self.n_retrain_iters, loss)
         del self.codes[task]
         self.lwf.lwf.set_previous_model(self.model)

@@ -114,6 +114,14 @@ class PALL(SubnetworkStrategy):
             redraw_(net, MaskSet.full(net.shapes))
         self._record_stats(before, forget, retrain)
 
+    def _dense_size(self) -> int:
+        """d of Table A3: the network's parameters with one set of per-task tokens (the
+        dense model the paper counts)."""
+        net: SubnetworkNet = self.model
+        extra = sum(p.numel() for t in range(1, net.net.n_tasks)
+                    for p in net.net.task_parameters(t))
+        return count_parameters(net.net) - extra
+
     @torch.no_grad()
     def _record_stats(self, before: dict[str, torch.Tensor], forget: MaskSet,
                       retrain: MaskSet) -> None:
@@ -126,6 +134,6 @@ class PALL(SubnetworkStrategy):
         self.unlearning_stats.append({
             "redrawn": forget.count(),
             "retrained": n_retrained,
-            "retrained_fraction": n_retrained / count_parameters(net.net),
+            "retrained_fraction": n_retrained / self._dense_size(),
             "retrained_mean_abs_change": change / n_retrained if n_retrained else None,
         })

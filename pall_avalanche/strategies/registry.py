@@ -56,6 +56,9 @@ def register_method(name: str, strategy: type[UnlearningTemplate], *, exact: boo
                     optional: Sequence[str] = (), config: Mapping[str, Any] | None = None
                     ) -> MethodSpec:
     """Register a method (see :class:`MethodSpec` for the arguments)."""
+    if name in METHODS:
+        raise ValueError(f"method {name!r} is already registered "
+                         f"({METHODS[name].strategy.__name__}); pick another name")
     spec = MethodSpec(name, strategy, exact, tuple(params), label or name, tuple(optional),
                       dict(config or {}))
     METHODS[name] = spec

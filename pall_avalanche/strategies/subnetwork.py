@@ -28,7 +28,28 @@ def as_subnetwork_net(model: nn.Module, alpha: float = 1.0) -> SubnetworkNet:
     :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a SubnetworkNet.
     :param alpha: connectivity of score-selected masks (unused by methods without scores).
     """
-    return model if isinstance(model, SubnetworkNet) else SubnetworkNet(model, alpha)
+    if not isinstance(model, SubnetworkNet):
+        return SubnetworkNet(model, alpha)
+    if model.alpha != alpha:
+        raise ValueError(f"the SubnetworkNet given has alpha={model.alpha}, the strategy "
+                         f"alpha={alpha}; pass the same value, or the unwrapped network")
+    return model
+
+
+def _check_every_parameter_is_trained(net: SubnetworkNet) -> None:
+    """A subnetwork method trains maskable weights and per-task parameters only; any other
+    trainable parameter (an affine norm layer, tokens shared by all tasks) would silently stay
+    at its initial value."""
+    own = {id(p) for t in range(net.net.n_tasks) for p in net.net.task_parameters(t)}
+    own |= {id(w) for _, w in net.named_weights()}
+    stray = [name for name, p in net.net.named_parameters() if p.requires_grad
+             and id(p) not in own]
+    if stray:
+        raise ValueError(
+            f"parameters {stray[:5]}{' ...' if len(stray) > 5 else ''} are neither Conv2d/Linear "
+            "weights nor per-task parameters, so a subnetwork method would never train them: "
+            "use norm layers without affine parameters, per-task tokens "
+            "(build_model(..., per_task_tokens=True)), or freeze them (requires_grad=False)")
 
 
 class SubnetworkStrategy(UnlearningTemplate):
@@ -58,7 +79,9 @@ class SubnetworkStrategy(UnlearningTemplate):
                                            frozen=lambda strategy: strategy.frozen_entries())
         #: Every learning request's task, in order (unlearning does not shorten it).
         self.learning_history: list[int] = []
-        super().__init__(model=as_subnetwork_net(model, alpha), optimizer=optimizer,
+        net = as_subnetwork_net(model, alpha)
+        _check_every_parameter_is_trained(net)
+        super().__init__(model=net, optimizer=optimizer,
                          plugins=[self.freezing, *(plugins or [])], **kwargs)
 
     # ------------------------------------------------------------------ learning
