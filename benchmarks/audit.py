@@ -81,6 +81,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
+    if args.n_unlearn is not None:
+        raise ValueError(f"--n-unlearn={args.n_unlearn} does not apply: the audit replays the "
+                         f"fixed sequence {' '.join(AUDIT_REQUESTS)} or --requests FILE")
     if requests is None:
         requests = RequestSequence([Request("learn" if r[0] == "L" else "unlearn", int(r[1:]))
                                     for r in AUDIT_REQUESTS], config["n_tasks"])

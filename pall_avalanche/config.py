@@ -85,7 +85,13 @@ def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, A
     return flat
 
 
+#: Keys that say where inputs are, not what is computed: they do not enter :func:`config_hash`.
+LOCATION_KEYS = ("data_root",)
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
-    """A short, stable hash of a resolved configuration (names result records)."""
-    text = json.dumps(config, sort_keys=True, default=str)
+    """A short, stable hash of a resolved configuration (names result records); moving the
+    data (:data:`LOCATION_KEYS`) keeps the records."""
+    kept = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
+    text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:10]

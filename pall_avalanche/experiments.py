@@ -13,7 +13,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,10 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
         raise ValueError(f"the command line sets {clashes}, which this script sweeps "
                          f"({sorted(swept)} over the points {labels}); drop the setting or use "
                          "the script's sweep flag")
+    options = run_options(run.args)
+    if options["wandb"] is not None and options["wandb"].group is None:
+        # One W&B group for the whole script: every point's runs and the table run.
+        options["wandb"] = replace(options["wandb"], group=default_group(run.config))
     records = []
     for point in points:
         methods = run.pick(point.methods) if point.methods is not None else run.methods
@@ -162,7 +166,7 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
             progress(point.label)
         requests = point.requests if point.requests is not None else run.requests
         for record in run_experiments(methods, run.seeds, config, run.args.out,
-                                      requests=requests, **run_options(run.args)):
+                                      requests=requests, **options):
             records.append({**record, "point": point.label,
                             "point_overrides": dict(point.overrides)})
     if not records:

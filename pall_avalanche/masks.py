@@ -228,7 +228,7 @@ class SubnetworkNet(MultiTaskModule):
       masks are unpacked once per task and cached until the masks change).
     - The task being learned (``learning_task``, with ``scores`` set) runs with the
       straight-through top-k mask of its scores at connectivity ``alpha`` (or, when
-      :meth:`start_learning` got ``eligible`` and ``keep``, of exactly ``keep[name]`` eligible
+      :meth:`start_learning` got ``eligible`` and ``keep``, of ``keep[name]`` eligible
       entries per tensor: disjoint subnetworks).
     - Any other task (never learned, or unlearned) runs on the dense current weights.
 
@@ -281,8 +281,8 @@ class SubnetworkNet(MultiTaskModule):
         drawn like the weights; returns them.
 
         :param eligible: restrict the mask to these entries (default: any entry)...
-        :param keep: ...and keep exactly ``keep[name]`` of them per scored tensor, instead of
-            a fraction ``alpha`` of the tensor (give both or neither).
+        :param keep: ...and keep ``keep[name]`` of them per scored tensor (more only on tied
+            scores), instead of a fraction ``alpha`` of the tensor (give both or neither).
         """
         if (eligible is None) != (keep is None):
             raise ValueError("start_learning needs both eligible and keep, or neither")

@@ -229,12 +229,13 @@ class WeightResettingPlugin(UnlearningPlugin):
 class RehearsalPlugin(UnlearningPlugin):
     """An episodic memory B^t per task and the one replay loop that trains from it.
 
-    After learning task t, ``buffer_size // n_tasks`` class-balanced, uniformly random samples
-    of D^t are stored un-augmented, with (``store_logits``) their logits
-    z = f(x) computed on exactly those inputs in eval mode with t's head (and, for PALL, t's
-    mask). The same buffers serve PALL's retraining of chosen entries (:meth:`retrain`), the
-    replay baselines' learning-time replay (:meth:`replay_loss`) and their unlearning
-    fine-tuning and ER (Retraining)'s retraining from scratch (:meth:`replay_steps`).
+    After learning task t, ``buffer_size // n_tasks`` class-balanced samples of D^t, chosen by
+    ``selection`` (uniformly random by default), are stored un-augmented, with
+    (``store_logits``) their logits z = f(x) computed on exactly those inputs in eval mode with
+    t's head (and, for PALL, t's mask). The same buffers serve PALL's retraining of chosen
+    entries (:meth:`retrain`), the replay baselines' learning-time replay
+    (:meth:`replay_loss`) and their unlearning fine-tuning and ER (Retraining)'s retraining
+    from scratch (:meth:`replay_steps`).
 
     :param buffer_size: total capacity, split a priori over ``n_tasks``.
     :param n_tasks: the number of tasks T.

@@ -3,6 +3,7 @@ options and provenance check, and a tiny end-to-end audit on digits with real tr
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from functools import partial
 from pathlib import Path
@@ -220,3 +221,20 @@ def test_audit_intervals_separate_with_more_seeds(tmp_path):
     assert not separated(rows["independent"], "auc", 0.5)
     for method in ("independent", "er_retrain"):
         assert not separated(rows[method], "auc_head", 0.5), rows[method]
+
+
+def test_audit_script_end_to_end(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "audit_script", CONFIG_DIR.parent / "audit.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--quiet",
+            "--set", "epochs=1", "--set", "train_per_task=40", "--set", "n_retrain_iters=5",
+            "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
+    script.main(argv)
+    markdown = (tmp_path / "rep" / "audit_digits.md").read_text()
+    assert f"Command: `python benchmarks/audit.py {' '.join(argv)}`" in markdown
+    assert f"Audited sequence R: {' '.join(AUDIT_REQUESTS)}" in markdown
+    assert "| Sequential | 1.00" in markdown and "| Independent |" in markdown
+    with pytest.raises(ValueError, match=r"--n-unlearn=2 does not apply"):
+        script.main([*argv, "--n-unlearn", "2"])

@@ -80,6 +80,16 @@ def test_requests_file_is_replayed_for_every_seed(tmp_path, capsys):
     assert [r["seed"] for r in records] == [3, 4]
     assert all(r["requests"] == sequence for r in records)
     assert all(len(r["accuracy"]) == 4 for r in records)
+    # N_u comes from the replayed sequence (one unlearning), not the configuration's 3.
+    assert all(r["config"]["n_unlearn"] == 1 for r in records)
+    # Moving the data keeps the records: a rerun with another --data-root reuses them.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")}
+    code, _, _ = run_main(["--methods", "sequential", "--seeds", "3", "4", "--requests",
+                           str(tmp_path / "r.json"), "--out", str(tmp_path / "out"),
+                           "--data-root", str(tmp_path / "elsewhere"),
+                           "--report-dir", str(tmp_path / "rep"), *FAST], capsys)
+    assert code == 0
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == before
 
 
 @pytest.mark.parametrize("args, message", [
