@@ -281,7 +281,10 @@ class ProvenanceTracker(UnlearningPlugin):
     exposes ``redraw_set(t)``, lies in that set; *strict* — the same for ``forward[t]``, and no
     remaining buffer stores logits computed with t's weights. Entries changed during an
     unlearning request count as re-drawn; those in a remaining task's mask as then retrained
-    with every remaining buffer. Strategies whose model is not a
+    with that task's buffer (B^u's loss reaches only m_u), the others as trained with the
+    remaining tasks' weights in the forward pass. "In the forward pass" is read from the
+    tasks' final masks, not the evolving masks during training: the strict check is an
+    under-approximation. Strategies whose model is not a
     :class:`~pall_avalanche.masks.SubnetworkNet` are not tracked (``results`` stays None).
     """
 

@@ -299,6 +299,10 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     paths = {pair: record_path(out_dir, *pair, config, requests, train_seeds[pair[1]])
              for pair in pairs}
     records = {pair: read_record(path) for pair, path in paths.items()}
+    for pair, record in records.items():
+        if record is not None and record.get("format") != RECORD_FORMAT:
+            raise ValueError(f"{paths[pair]} has record format {record.get('format')!r}; this "
+                             f"version writes format {RECORD_FORMAT}: use another --out")
     missing = [pair for pair in pairs if records[pair] is None
                or (probe is not None and "probe" not in records[pair])]
     if jobs == 1:

@@ -140,3 +140,13 @@ def test_method_groups_expand_in_order_without_repeats():
                                                     "dynamic_sparse"]
     with pytest.raises(ValueError, match=r"or the groups all, ablations"):
         parse_methods(" , ")
+
+
+def test_records_of_another_format_are_not_reused(tmp_path, capsys):
+    args = ["--methods", "sequential", "--seeds", "0", "--out", str(tmp_path / "out"),
+            "--report-dir", str(tmp_path / "rep"), *FAST]
+    assert run_main(args, capsys)[0] == 0
+    (path,) = (tmp_path / "out").rglob("seed0.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 0}))
+    code, _, err = run_main(args, capsys)
+    assert code == 2 and "has record format 0; this version writes format 1" in err
