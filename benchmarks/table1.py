@@ -6,7 +6,7 @@
     python benchmarks/table1.py --benchmark cifar10 --data-root ~/data --device cuda
 
 Records go to ``--out`` (one JSON per method and seed, reused on reruns); the table is
-printed and written to ``<report-dir>/table1_<benchmark>.{md,csv}``.
+printed and written to ``<report-dir>/table1_<benchmark>.{md,csv,tex}``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pall_avalanche.cli import add_run_arguments, main_guard, run_options
 from pall_avalanche.experiments import start_script
-from pall_avalanche.report import provenance, table1_frame, write_table
+from pall_avalanche.report import provenance, table1_cells, table1_frame, write_report
 from pall_avalanche.runner import run_experiments
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
@@ -35,9 +35,10 @@ def main(argv=None) -> None:
     preamble = provenance(records, title=title, command=run.command,
                           notes=[f"Records: `{run.args.out}`"], changed=run.explicit)
     stem = f"table1_{config['benchmark']}"
-    markdown = write_table(frame, Path(run.args.report_dir) / stem, preamble)
+    markdown = write_report(Path(run.args.report_dir) / stem, preamble=preamble, numbers=frame,
+                            cells=table1_cells(frame), caption=title)
     log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
-              markdown=preamble + markdown, group=default_group(config))
+              markdown=markdown, group=default_group(config))
     print(markdown)
 
 

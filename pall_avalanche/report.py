@@ -40,19 +40,18 @@ __all__ = [
     "label_rows",
     "load_records",
     "main",
-    "markdown_table",
     "plot_accuracy_heatmaps",
     "plot_metrics_vs",
     "plot_timing_vs_tasks",
     "provenance",
     "request_timings",
     "summary_frame",
+    "table1_cells",
     "table1_frame",
     "to_latex",
     "to_markdown",
     "wide_table",
     "write_report",
-    "write_table",
 ]
 
 COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓",
@@ -292,24 +291,14 @@ def write_report(stem: str | Path, *, preamble: str, numbers: pd.DataFrame,
     return markdown
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """Table 1 as Markdown: exact methods' A_u reads "Exact" with the measured value."""
+def table1_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's formatted cells (a :func:`table1_frame`): exact methods' A_u reads "Exact"
+    with the measured value, plus A_l^min, model size and the number of seeds."""
     frame = frame.assign(label=[METHODS[m].label if m in METHODS else m
                                 for m in frame["method"]])
-    cells = format_table(frame, {**{n: COLUMNS[n] for n in METRIC_NAMES},
-                                 "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)",
-                                 "seeds": "Seeds"})
-    return to_markdown(cells)
-
-
-def write_table(frame: pd.DataFrame, path_stem: str | Path, preamble: str = "") -> str:
-    """Write ``<stem>.csv`` (numbers) and ``<stem>.md`` (preamble + Markdown table)
-    atomically; return the Markdown."""
-    stem = Path(path_stem)
-    markdown = markdown_table(frame)
-    write_text_atomic(stem.with_suffix(".csv"), frame.to_csv(index=False))
-    write_text_atomic(stem.with_suffix(".md"), preamble + markdown)
-    return markdown
+    return format_table(frame, {**{n: COLUMNS[n] for n in METRIC_NAMES},
+                                "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)",
+                                "seeds": "Seeds"})
 
 
 def request_timings(record: Mapping, learn_index: int, unlearn_index: int
