@@ -34,12 +34,14 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
     model.eval()
     accuracies = []
     for exp in test_stream:
-        correct = total = 0
-        for x, y, t in DataLoader(exp.dataset.eval(), batch_size=batch_size, shuffle=False):
-            x, y, t = x.to(device), y.to(device), t.to(device)
-            correct += int((avalanche_forward(model, x, t).argmax(1) == y).sum())
+        task = exp.task_label   # one task per experience: an int, no per-batch split
+        correct = torch.zeros((), dtype=torch.long, device=device)
+        total = 0
+        for x, y, _ in DataLoader(exp.dataset.eval(), batch_size=batch_size, shuffle=False):
+            x, y = x.to(device), y.to(device)
+            correct += (avalanche_forward(model, x, task).argmax(1) == y).sum()
             total += len(y)
-        accuracies.append(100.0 * correct / total)
+        accuracies.append(100.0 * int(correct) / total)
     model.train(was_training)
     return accuracies
 

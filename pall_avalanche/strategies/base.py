@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
 from avalanche.core import SupervisedPlugin
+from avalanche.models.utils import avalanche_forward
 from avalanche.training.templates import SupervisedTemplate
 from avalanche.training.utils import trigger_plugins
 from torch import nn
@@ -124,6 +125,14 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                 )
             super().train(exp, eval_streams, **kwargs)
         return self.evaluator.get_last_metrics()
+
+    def forward(self):
+        """The mini-batch's forward pass. An experience holds one task, so its label goes to
+        the model as an ``int``: no per-batch host-device sync to split the batch by task."""
+        labels = getattr(self.experience, "task_labels", None)
+        if labels is not None and len(labels) == 1:
+            return avalanche_forward(self.model, self.mb_x, int(labels[0]))
+        return super().forward()
 
     def unlearn(self, task: int) -> None:
         """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
