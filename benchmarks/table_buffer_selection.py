@@ -1,4 +1,4 @@
-"""Table A4 of the paper: how PALL's buffer samples are chosen.
+"""Table A3 of the paper: how PALL's buffer samples are chosen.
 
     python benchmarks/table_buffer_selection.py               # digits
     python benchmarks/table_buffer_selection.py --benchmark cifar10 --device cuda
@@ -45,7 +45,7 @@ def main(argv=None) -> str:
                                  "seeds": "Seeds"}, index={"point": "Selection"})
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
-        title=f"Table A4 — buffer selection for PALL ({run.config['benchmark']}, "
+        title=f"Table A3 — buffer selection for PALL ({run.config['benchmark']}, "
               f"T={run.n_tasks})",
         notes=[f"PALL α = {run.config['alpha']:g}, buffer {run.config['buffer_size']}"])
 

@@ -1,4 +1,4 @@
-"""Table A6 (ER (Retraining)) of the paper: retraining from scratch on the buffers vs PALL.
+"""Table A5 of the paper, ER (Retraining): retraining from scratch on the buffers vs PALL.
 
     python benchmarks/table_er_retrain.py                     # digits
     python benchmarks/table_er_retrain.py --benchmark cifar10 --device cuda
@@ -37,7 +37,7 @@ def main(argv=None) -> str:
                          | {"seeds": "Seeds"})
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
-        title=f"ER (Retraining) vs PALL ({run.config['benchmark']}, T={run.n_tasks})",
+        title=f"Table A5 — ER (Retraining) vs PALL ({run.config['benchmark']}, T={run.n_tasks})",
         notes=[f"PALL α = {run.config['alpha']:g}; ER (Retraining) retrains "
                f"{retrain_epochs} epochs on the remaining buffers after each unlearning "
                "request"])

@@ -1,4 +1,4 @@
-"""Table A2 of the paper: PALL with N_f ∈ {0, 10, 25, 50, 100} retraining iterations.
+"""Table A1 of the paper: PALL with N_f ∈ {0, 10, 25, 50, 100} retraining iterations.
 
     python benchmarks/table_nf.py                             # digits
     python benchmarks/table_nf.py --benchmark cifar10 --device cuda
@@ -36,7 +36,7 @@ def main(argv=None) -> str:
                                  "seeds": "Seeds"}, index={"point": "Setting", "label": "Method"})
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
-        title=f"Table A2 — impact of N_f ({run.config['benchmark']}, T={run.n_tasks})",
+        title=f"Table A1 — impact of N_f ({run.config['benchmark']}, T={run.n_tasks})",
         notes=[f"PALL α = {run.config['alpha']:g}"])
 
 

@@ -1,4 +1,4 @@
-"""Table A5 of the paper: β ∈ {0, 0.5, 1} × buffer size for PALL, with ER and DER++.
+"""Table A4 of the paper: β ∈ {0, 0.5, 1} × buffer size for PALL, with ER and DER++.
 
     python benchmarks/table_rehearsal.py                      # digits: buffers 40 100 200
     python benchmarks/table_rehearsal.py --benchmark cifar10 --buffer-sizes 200 500 1000
@@ -60,7 +60,7 @@ def main(argv=None) -> str:
                      "samples)")
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells, notes=notes,
-        title=f"Table A5 — rehearsal ablation ({run.config['benchmark']}, T={run.n_tasks})")
+        title=f"Table A4 — rehearsal ablation ({run.config['benchmark']}, T={run.n_tasks})")
 
 
 def cli(argv=None) -> None:

@@ -1,4 +1,4 @@
-"""Table A3 of the paper: PALL's retrained parameters θ̄ per unlearning request.
+"""Table A2 of the paper: PALL's retrained parameters θ̄ per unlearning request.
 
     python benchmarks/table_retrained.py                      # digits
     python benchmarks/table_retrained.py --benchmark cifar10 --device cuda
@@ -57,7 +57,7 @@ def main(argv=None) -> str:
                                                    row["retrained_mean_abs_change_std"], 4)]})
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
-        title=f"Table A3 — retrained parameters ({run.config['benchmark']}, T={run.n_tasks})",
+        title=f"Table A2 — retrained parameters ({run.config['benchmark']}, T={run.n_tasks})",
         notes=[f"PALL α = {run.config['alpha']:g}; mean ± std over every unlearning request of "
                "every seed"])
 

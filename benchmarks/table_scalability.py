@@ -1,4 +1,4 @@
-"""Table A7 of the paper: a longer sequence with many unlearning requests.
+"""Table A6 of the paper: a longer sequence with many unlearning requests.
 
     python benchmarks/table_scalability.py                    # digits: T=5, N_u = 1..4
     python benchmarks/table_scalability.py --benchmark tinyimagenet --set n_tasks=100 \
@@ -63,7 +63,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, notes=notes,
         cells=wide_table(cells, row="Method", column="N_u"),
-        title=f"Table A7 — scalability ({run.config['benchmark']}, T={t})",
+        title=f"Table A6 — scalability ({run.config['benchmark']}, T={t})",
         figures={"": lambda path: plot_metrics_vs(frame, "n_unlearn", ("A_l", "F_u"), path,
                                                   xlabel="N_u")})
 

@@ -1,4 +1,4 @@
-"""Table A6 and Fig. A1 of the paper: time per learning epoch and per unlearning request.
+"""Table A7 and Fig. A1 of the paper: time per learning epoch and per unlearning request.
 
     python benchmarks/table_timing.py                         # digits, CPU
     python benchmarks/table_timing.py --benchmark cifar10 --device cuda
@@ -30,7 +30,7 @@ NAME = "table_timing"
 
 
 def timing_sequence(n_tasks: int) -> RequestSequence:
-    """L0, L1, U0, L2, …, L_{T-1} (protocol §3: the timing table's fixed sequence)."""
+    """L0, L1, U0, L2, …, L_{T-1}: the fixed sequence of the paper's timing table."""
     if n_tasks < 2:
         raise ValueError(f"the timing sequence needs n_tasks >= 2, got {n_tasks}")
     requests = [Request("learn", 0), Request("learn", 1), Request("unlearn", 0)]
@@ -59,7 +59,7 @@ def main(argv=None) -> str:
                          digits=4)
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
-        title=f"Table A6 — training time per request ({run.config['benchmark']}, "
+        title=f"Table A7 — training time per request ({run.config['benchmark']}, "
               f"T={run.n_tasks})",
         notes=["Sequence L0, L1, U0, L2, …; learning = request L1 (seconds per epoch), "
                "unlearning = request U0 (total seconds); ratios to Sequential in the same run",

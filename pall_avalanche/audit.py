@@ -72,7 +72,8 @@ __all__ = [
 ]
 
 #: The default audited sequence: task 1 is unlearned after tasks 2 and 3 were learned on top
-#: of it (the §5.4 channels are open), and task 4 is learned after the unlearning.
+#: of it (the channels of docs/fidelity.md, "Where exact unlearning is weaker", are open), and
+#: task 4 is learned after the unlearning.
 AUDIT_REQUESTS = ("L0", "L1", "L2", "L3", "U1", "L4")
 #: The reference oracle of seed s trains with training seed s + this offset.
 REFERENCE_SEED_OFFSET = 100_000
@@ -376,8 +377,9 @@ class ProvenanceTracker(UnlearningPlugin):
             sources = set().union(*(self._influencers(m) for m in masks.values()))
             sources |= set().union(*(self.logit_deps.get(u, set()) for u in remaining))
             for u in remaining:
-                # B^u's loss term moves only entries of u's own mask (protocol §5.3); the rest
-                # of the retrained entries merely saw u's weights in the forward pass.
+                # B^u's loss term moves only entries of u's own mask (docs/fidelity.md,
+                # "PALL"); the rest of the retrained entries merely saw u's weights in the
+                # forward pass.
                 self.direct[u] |= retrained & masks[u]
                 self.forward[u] |= retrained & ~masks[u]
             for u in sources & set(self.direct):

@@ -8,7 +8,16 @@ One module owns everything PALL, WSN, PackNet and the sparse ablations share:
   entry); set algebra (``|``, ``&``, ``-``), counting, packing to and from bool tensors.
 - :func:`topk_mask` — the per-layer mask keeping a fraction α of the entries with the largest
   |score| (threshold rank k = 1 + round((1−α)(n−1)), ties kept), via ``numpy.partition`` on CPU
-  and ``torch.kthvalue`` on GPU (O(n), no sort).
+  and ``torch.kthvalue`` on GPU (O(n), no sort); :func:`restricted_topk_mask` — the ``keep``
+  eligible entries of largest |score|; :func:`subnetwork_mask` — the one rule (either of the
+  two) that both the training forward and the stored mask go through.
+- :func:`selection_slices` — the "layers" of that rule. A layer is a tensor, except a fused
+  Q/K/V projection (the ``qkv`` ``Linear`` of a timm ``Attention``, weight rows
+  ``[0:d] = W_Q``, ``[d:2d] = W_K``, ``[2d:3d] = W_V``, bias likewise): it is masked **per
+  slice**, each of its three row blocks selected as its own layer (its own top-k at α, its
+  own ``keep`` count), as the paper's reference implementation masks W_Q, W_K and W_V as three
+  separate layers (docs/fidelity.md). :func:`by_slice` applies a rule slice by slice; with
+  one slice it is the rule itself, bit for bit.
 - :class:`_MaskedWeight` — the fused straight-through estimator: forward ``where(m, w, 0)``,
   backward ``where(m, g, 0)`` to the weight and ``g·w·sign(s)`` to the score.
 - :class:`SubnetworkNet` — runs a :class:`~pall_avalanche.models.TaskIncrementalNet` under the
@@ -19,11 +28,12 @@ One module owns everything PALL, WSN, PackNet and the sparse ablations share:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from avalanche.models import MultiTaskModule
+from timm.models.vision_transformer import Attention
 from torch import nn
 from torch.func import functional_call
 
@@ -35,13 +45,20 @@ __all__ = [
     "RetrainingLedger",
     "mask_gradients_",
     "SubnetworkNet",
+    "by_slice",
     "draw_initial",
     "kth_smallest",
     "maskable_parameters",
     "restricted_topk_mask",
+    "selection_slices",
+    "slice_counts",
+    "subnetwork_mask",
     "topk_mask",
     "topk_threshold",
 ]
+
+#: Selection slices of a fused Q/K/V projection: W_Q, W_K and W_V.
+QKV_SLICES = 3
 
 HEAD = "head.weight"
 
@@ -58,6 +75,45 @@ def maskable_parameters(net: TaskIncrementalNet) -> dict[str, nn.Module]:
                         f"backbone.{attr}"] = module
     out[HEAD] = net.head
     return out
+
+
+def selection_slices(net: TaskIncrementalNet) -> dict[str, int]:
+    """Name → number of selection slices of every maskable parameter (as
+    :func:`maskable_parameters`): 3 for the weight and bias of a fused Q/K/V projection (the
+    ``qkv`` ``Linear`` child of a timm ``Attention``), whose row blocks W_Q, W_K, W_V are
+    selected as three separate layers, as in the paper's reference; 1 for every other tensor."""
+    fused = {id(module.qkv) for module in net.backbone.modules()
+             if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None),
+                                                            nn.Linear)}
+    return {name: QKV_SLICES if id(module) in fused and name != HEAD else 1
+            for name, module in maskable_parameters(net).items()}
+
+
+def by_slice(slices: int, select: Callable[..., torch.Tensor], *tensors: torch.Tensor
+             ) -> torch.Tensor:
+    """``select(i, *rows_i)`` for every slice i of ``tensors`` (all shaped alike), reassembled
+    to their shape: slice i is the i-th row of the ``(slices, -1)`` view, i.e. the i-th block of
+    the first dimension. With ``slices=1`` it is ``select(0, *tensors)`` itself."""
+    if slices == 1:
+        return select(0, *tensors)
+    shape = tensors[0].shape
+    if len(shape) == 0 or shape[0] % slices:
+        raise ValueError(f"a tensor of shape {tuple(shape)} has no {slices} slices along its "
+                         "first dimension")
+    rows = [t.reshape(slices, -1) for t in tensors]
+    return torch.stack([select(i, *(r[i] for r in rows)) for i in range(slices)]
+                       ).reshape(shape)
+
+
+def slice_counts(keep: int | Sequence[int], slices: int) -> list[int]:
+    """Per-slice counts: an int for a one-slice tensor, or one count per slice."""
+    try:
+        counts = [int(k) for k in keep]
+    except TypeError:                       # one number
+        counts = [int(keep)]
+    if len(counts) != slices:
+        raise ValueError(f"keep={keep!r}: expected one count per slice ({slices} slices)")
+    return counts
 
 
 @torch.no_grad()
@@ -91,20 +147,39 @@ def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
     return torch.kthvalue(flat, k).values
 
 
-def topk_mask(scores: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Bool mask of the entries of one tensor with the largest |score| at connectivity α."""
-    abs_scores = scores.detach().abs()
-    return abs_scores >= topk_threshold(abs_scores, alpha)
+def topk_mask(scores: torch.Tensor, alpha: float, slices: int = 1) -> torch.Tensor:
+    """Bool mask of the entries of one tensor with the largest |score| at connectivity α,
+    per slice (:func:`by_slice`): k from each slice's own entry count."""
+    def select(_: int, row: torch.Tensor) -> torch.Tensor:
+        abs_scores = row.detach().abs()
+        return abs_scores >= topk_threshold(abs_scores, alpha)
+    return by_slice(slices, select, scores)
 
 
-def restricted_topk_mask(scores: torch.Tensor, eligible: torch.Tensor, keep: int
-                         ) -> torch.Tensor:
+def restricted_topk_mask(scores: torch.Tensor, eligible: torch.Tensor,
+                         keep: int | Sequence[int], slices: int = 1) -> torch.Tensor:
     """Bool mask of the ``keep`` entries of ``eligible`` with the largest |score| (ties at the
-    threshold kept); entries outside ``eligible`` are never selected."""
-    if keep <= 0:
-        return torch.zeros_like(eligible)
-    ranked = torch.where(eligible, scores.detach().abs(), -1.0)
-    return eligible & (ranked >= kth_smallest(ranked, ranked.numel() - keep + 1))
+    threshold kept); entries outside ``eligible`` are never selected. With ``slices > 1``,
+    ``keep`` holds one count per slice and each slice is selected on its own."""
+    counts = slice_counts(keep, slices)
+
+    def select(i: int, row: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        if counts[i] <= 0:
+            return torch.zeros_like(allowed)
+        ranked = torch.where(allowed, row.detach().abs(), -1.0)
+        return allowed & (ranked >= kth_smallest(ranked, ranked.numel() - counts[i] + 1))
+    return by_slice(slices, select, scores, eligible)
+
+
+def subnetwork_mask(scores: torch.Tensor, alpha: float, slices: int = 1,
+                    eligible: torch.Tensor | None = None,
+                    keep: int | Sequence[int] | None = None) -> torch.Tensor:
+    """The learning task's mask of one scored tensor: :func:`topk_mask` at α, or, with
+    ``eligible``, :func:`restricted_topk_mask` of ``keep`` (per slice either way). The one rule
+    both the training forward (:class:`_MaskedWeight`) and the stored mask go through."""
+    if eligible is None:
+        return topk_mask(scores, alpha, slices)
+    return restricted_topk_mask(scores, eligible, keep, slices)
 
 
 @torch.no_grad()
@@ -124,24 +199,22 @@ def mask_gradients_(params: list[torch.Tensor], trainable: list[torch.Tensor],
 
 class _MaskedWeight(torch.autograd.Function):
     """``w ⊙ m(s)`` with the straight-through estimator; the mask is computed once in
-    forward and saved as bool (no sort, no float mask). With ``eligible`` the mask is the
-    ``keep`` eligible entries of largest |score| (:func:`restricted_topk_mask`)."""
+    forward and saved as bool (no sort, no float mask), by :func:`subnetwork_mask` (per
+    slice; with ``eligible`` the ``keep`` eligible entries of largest |score|)."""
 
     @staticmethod
     def forward(ctx, weight: torch.Tensor, scores: torch.Tensor, alpha: float,
-                eligible: torch.Tensor | None = None, keep: int = 0) -> torch.Tensor:
-        if eligible is None:
-            abs_scores = scores.abs()
-            mask = abs_scores >= topk_threshold(abs_scores, alpha)
-        else:
-            mask = restricted_topk_mask(scores, eligible, keep)
+                slices: int = 1, eligible: torch.Tensor | None = None,
+                keep: int | Sequence[int] | None = None) -> torch.Tensor:
+        mask = subnetwork_mask(scores, alpha, slices, eligible, keep)
         ctx.save_for_backward(weight, scores, mask)
         return torch.where(mask, weight, 0.0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         weight, scores, mask = ctx.saved_tensors
-        return torch.where(mask, grad, 0.0), grad * weight * scores.sign(), None, None, None
+        return (torch.where(mask, grad, 0.0), grad * weight * scores.sign(),
+                None, None, None, None)
 
 
 class MaskSet:
@@ -230,6 +303,11 @@ class SubnetworkNet(MultiTaskModule):
       straight-through top-k mask of its scores at connectivity ``alpha`` (or, when
       :meth:`start_learning` got ``eligible`` and ``keep``, of ``keep[name]`` eligible
       entries per tensor: disjoint subnetworks).
+    - Selection is per layer, and a fused Q/K/V projection is masked per slice: each of its
+      ``slices[name] = 3`` row blocks (W_Q, W_K, W_V) is its own layer, with its own top-k and
+      its own ``keep`` count, as the paper's reference masks W_Q, W_K and W_V as separate
+      layers (:func:`selection_slices`, docs/fidelity.md). The training forward and the
+      stored mask both come from :func:`subnetwork_mask`.
     - Any other task (never learned, or unlearned) runs on the dense current weights.
 
     The wrapped network is used as is: its parameters are substituted per call through
@@ -249,11 +327,14 @@ class SubnetworkNet(MultiTaskModule):
         self.maskable = maskable_parameters(net)
         params = dict(net.named_parameters())
         self.shapes = {name: params[name].shape for name in self.maskable}
+        #: name → number of selection slices (3 for a fused Q/K/V projection, else 1).
+        self.slices = selection_slices(net)
         self.masks: dict[int, MaskSet] = {}
         self.scores: nn.ParameterList | None = None
         self.learning_task: int | None = None
         self.eligible: dict[str, torch.Tensor] | None = None
-        self.keep: dict[str, int] | None = None
+        #: name → entries kept per slice (with ``eligible``).
+        self.keep: dict[str, list[int]] | None = None
         self._cache: dict[int, dict[str, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ parameters
@@ -276,25 +357,33 @@ class SubnetworkNet(MultiTaskModule):
 
     # ------------------------------------------------------------------ masks
     def start_learning(self, task: int, eligible: MaskSet | None = None,
-                       keep: Mapping[str, int] | None = None) -> nn.ParameterList:
+                       keep: Mapping[str, int | Sequence[int]] | None = None
+                       ) -> nn.ParameterList:
         """Fresh scores for ``task`` (one per scored tensor, in :meth:`scored_names` order),
         drawn like the weights; returns them.
 
         :param eligible: restrict the mask to these entries (default: any entry)...
         :param keep: ...and keep ``keep[name]`` of them per scored tensor (more only on tied
-            scores), instead of a fraction ``alpha`` of the tensor (give both or neither).
+            scores), instead of a fraction ``alpha`` of the tensor (give both or neither); one
+            count per slice for a tensor of several :attr:`slices` (an int or a one-element
+            sequence otherwise).
         """
         if (eligible is None) != (keep is None):
             raise ValueError("start_learning needs both eligible and keep, or neither")
         if eligible is not None:
             bools = eligible.bools(self.weight(HEAD).device)
+            counts = {}
             for name in self.scored_names():
-                available = int(bools[name].sum())
-                if not 0 <= keep[name] <= available:
-                    raise ValueError(f"keep[{name!r}]={keep[name]} is invalid: it must be "
-                                     f"between 0 and the {available} eligible entries")
+                slices = self.slices[name]
+                counts[name] = slice_counts(keep[name], slices)
+                available = bools[name].reshape(slices, -1).sum(1).tolist()
+                for i, (k, a) in enumerate(zip(counts[name], available, strict=True)):
+                    if not 0 <= k <= a:
+                        where = f" (slice {i} of {slices})" if slices > 1 else ""
+                        raise ValueError(f"keep[{name!r}]={keep[name]} is invalid{where}: it "
+                                         f"must be between 0 and the {a} eligible entries")
             self.eligible = {name: bools[name] for name in self.scored_names()}
-            self.keep = {name: int(keep[name]) for name in self.scored_names()}
+            self.keep = counts
         self.learning_task = task
         self.scores = nn.ParameterList(
             nn.Parameter(draw_initial(self.maskable[name], name)) for name in self.scored_names()
@@ -304,14 +393,17 @@ class SubnetworkNet(MultiTaskModule):
     def current_mask(self) -> dict[str, torch.Tensor]:
         """The learning task's mask from its current scores (bool, per tensor)."""
         assert self.scores is not None and self.learning_task is not None
-        if self.eligible is None:
-            masks = {name: topk_mask(score, self.alpha)
-                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
-        else:
-            masks = {name: restricted_topk_mask(score, self.eligible[name], self.keep[name])
-                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
+        masks = {name: subnetwork_mask(score, *self.selection(name))
+                 for name, score in zip(self.scored_names(), self.scores, strict=True)}
         masks[HEAD] = self.head_mask(self.learning_task)
         return masks
+
+    def selection(self, name: str) -> tuple:
+        """The arguments after the scores of :func:`subnetwork_mask` for scored tensor
+        ``name`` of the learning task: (alpha, slices, eligible, keep)."""
+        if self.eligible is None:
+            return self.alpha, self.slices[name], None, None
+        return self.alpha, self.slices[name], self.eligible[name], self.keep[name]
 
     def stop_learning(self) -> None:
         """Discard the scores (and any restriction of the learning task's mask)."""
@@ -369,11 +461,7 @@ class SubnetworkNet(MultiTaskModule):
     def masked_parameters(self, task: int) -> dict[str, torch.Tensor]:
         """The substituted parameters for a forward pass of ``task`` (empty = dense)."""
         if task == self.learning_task and self.scores is not None and self.training:
-            if self.eligible is None:
-                return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha)
-                        for name, score in zip(self.scored_names(), self.scores, strict=True)}
-            return {name: _MaskedWeight.apply(self.weight(name), score, self.alpha,
-                                              self.eligible[name], self.keep[name])
+            return {name: _MaskedWeight.apply(self.weight(name), score, *self.selection(name))
                     for name, score in zip(self.scored_names(), self.scores, strict=True)}
         if task == self.learning_task and self.scores is not None:
             masks = self.current_mask()
@@ -396,7 +484,8 @@ class RetrainingLedger:
     """Which retraining events updated which entries using which tasks' buffers.
 
     Unlearning task t must re-draw every entry trained with D^t *or with B^t*: entries of m_t
-    that an earlier unlearning's retraining updated while B^t was in the loss (protocol §5.3).
+    that an earlier unlearning's retraining updated while B^t was in the loss
+    (docs/fidelity.md, "PALL": forget set).
     """
 
     def __init__(self) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "MaskFreezingPlugin",
     "RehearsalPlugin",
     "WeightResettingPlugin",
+    "class_stratified_indices",
     "redraw_",
     "select_exemplars",
 ]
@@ -143,6 +144,27 @@ def select_exemplars(targets: torch.Tensor, n: int, selection: str = "random", *
     return torch.cat(picked).sort().values
 
 
+def class_stratified_indices(labels: torch.Tensor, n: int) -> torch.Tensor:
+    """``n`` distinct random indices of ``labels``, spread over its classes as evenly as
+    possible: ``n // c`` from each of the c classes and one more from ``n % c`` randomly chosen
+    classes; a class with too few samples gives all it has and the others make up the rest
+    (``min(n, len(labels))`` indices in all). Samples within a class are uniformly random.
+
+    :param labels: the class of each sample (any device; the indices come back on it).
+    :param n: how many indices to draw.
+    """
+    cpu = labels.detach().cpu()
+    order = torch.randperm(len(cpu))
+    classes, slot = torch.unique(cpu[order], return_inverse=True)
+    rank = torch.zeros(len(cpu), dtype=torch.long)       # position within its class
+    for k in range(len(classes)):
+        members = slot == k
+        rank[members] = torch.arange(int(members.sum()))
+    # round-robin over the classes (in a random class order), each class's samples in order
+    key = rank * len(classes) + torch.randperm(len(classes))[slot]
+    return order[torch.argsort(key)[:n]].to(labels.device)
+
+
 @torch.no_grad()
 def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch: int
                         ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,7 +269,7 @@ class RehearsalPlugin(UnlearningPlugin):
         the strategy uses B^t while unlearning t and deletes it with :meth:`drop`.
     :param selection: how B^t's class-balanced samples are chosen, a name from
         :data:`SELECTIONS` (``random``, the paper's default; ``herding``, ``entropy``,
-        ``confidence``, ``logit_distance``: Table A4), scored with the model just trained.
+        ``confidence``, ``logit_distance``: Table A3), scored with the model just trained.
     """
 
     checkpoint_attributes = ("buffers",)
@@ -303,26 +325,41 @@ class RehearsalPlugin(UnlearningPlugin):
         """Delete B^t."""
         del self.buffers[task]
 
-    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int],
-                    per_task: int) -> torch.Tensor:
+    def _draw(self, task: int, n: int, stratified: bool) -> torch.Tensor:
+        """``n`` indices of B^t: uniformly random, or class-stratified
+        (:func:`class_stratified_indices`)."""
+        x, y, _ = self.buffers[task]
+        if stratified:
+            return class_stratified_indices(y, n)
+        return torch.randperm(len(x), device=x.device)[:n]
+
+    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int, *,
+                    stratified: bool = False) -> torch.Tensor:
         """Mean over τ in ``tasks`` of CE(f(x), y) on ``per_task`` random samples of B^τ plus
-        β·MSE(f(x'), z') on ``per_task`` others, each sample through its own task's head."""
+        β·MSE(f(x'), z') on ``per_task`` others, each sample through its own task's head.
+
+        :param stratified: draw each mini-batch class-stratified instead of uniformly.
+        """
         loss = None
         for task in tasks:
             x, y, z = self.buffers[task]
-            ce_index = torch.randperm(len(x), device=x.device)[:per_task]
+            ce_index = self._draw(task, per_task, stratified)
             term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
             loss = term if loss is None else loss + term
             if self.beta:
-                mse_index = torch.randperm(len(x), device=x.device)[:per_task]
+                mse_index = self._draw(task, per_task, stratified)
                 loss = loss + self.beta * F.mse_loss(net(x[mse_index], task), z[mse_index])
         return loss / len(tasks)
 
-    def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:
+    def uniform_loss(self, net: torch.nn.Module, task: int, n: int, *,
+                     stratified: bool = False) -> torch.Tensor:
         """CE of ``n`` random samples of B^t (through t's head) towards the uniform
-        distribution over t's classes: minimal when t's predictions are at chance."""
+        distribution over t's classes: minimal when t's predictions are at chance.
+
+        :param stratified: draw the samples class-stratified instead of uniformly.
+        """
         x, _, _ = self.buffers[task]
-        logits = net(x[torch.randperm(len(x), device=x.device)[:n]], task)
+        logits = net(x[self._draw(task, n, stratified)], task)
         return F.cross_entropy(logits, torch.full_like(logits, 1.0 / logits.shape[1]))
 
     def replay_steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
@@ -331,9 +368,11 @@ class RehearsalPlugin(UnlearningPlugin):
                      forget: int | None = None) -> None:
         """The replay objective in the strategy's optimisation loop
         (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.optimization_steps`):
-        ``n_iters`` steps on :meth:`replay_loss` over ``tasks`` plus, with ``forget=t``,
-        :meth:`uniform_loss` on B^t. The minibatch, ``batch_size`` samples, is split evenly
-        over the buffers used.
+        ``n_iters`` steps on :meth:`replay_loss` over ``tasks``, ``batch_size // |tasks|``
+        samples of each buffer, uniformly random. With ``forget=t`` (the replay baselines'
+        unlearning, docs/fidelity.md "ER, DER++, GEM") B^t adds a whole mini-batch of
+        ``batch_size`` samples to :meth:`uniform_loss`, and every mini-batch is drawn
+        class-stratified.
 
         :param param_groups: the optimizer's parameter groups.
         :param n_iters: the number of steps.
@@ -346,12 +385,15 @@ class RehearsalPlugin(UnlearningPlugin):
             raise ValueError("replay_steps needs remaining tasks or a task to forget; got "
                              f"tasks={list(tasks)} and forget=None")
         net = strategy.model
-        per_task = max(1, strategy.train_mb_size // (len(tasks) + (forget is not None)))
+        batch = strategy.train_mb_size
+        per_task = max(1, batch // len(tasks)) if tasks else 0
+        stratified = forget is not None
 
         def loss() -> torch.Tensor:
-            total = self.replay_loss(net, tasks, per_task) if tasks else 0.0
+            total = (self.replay_loss(net, tasks, per_task, stratified=stratified) if tasks
+                     else 0.0)
             if forget is not None:
-                total = total + self.uniform_loss(net, forget, per_task)
+                total = total + self.uniform_loss(net, forget, batch, stratified=True)
             return total
 
         strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)

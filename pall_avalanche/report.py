@@ -2,7 +2,8 @@
 
 - :func:`summary_frame` groups records (by method, sweep point, any key) and gives mean, std
   and worst cases of every metric, PALL's retrained-parameter statistics, timings and model
-  size; :func:`table1_frame` is its Table 1 view.
+  size; :func:`table1_frame` is its Table 1 view (PALL once per α), :func:`table1_side_by_side`
+  puts several benchmarks' Table 1 next to each other as the paper prints it.
 - :func:`format_table` turns a summary into the cells of a paper layout ("94.50 ± 0.31",
   "*Exact* (x)"), :func:`wide_table` spreads a sweep over columns, :func:`to_markdown` /
   :func:`to_latex` render it, :func:`write_report` writes ``.csv`` + ``.md`` + ``.tex``
@@ -10,8 +11,9 @@
 - Figures: :func:`plot_accuracy_heatmaps`, :func:`plot_metrics_vs`,
   :func:`plot_timing_vs_tasks`.
 
-``python -m pall_avalanche.report RESULTS_DIR --out reports/NAME`` reports every record
-found under a results folder.
+``python -m pall_avalanche.report RESULTS_DIR [RESULTS_DIR ...] --out reports/NAME`` reports
+every record found under results folders; with ``--table1``, as the paper's Table 1 with the
+benchmarks side by side.
 """
 
 from __future__ import annotations
@@ -29,9 +31,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
 from pall_avalanche.records import read_record, write_atomic, write_text_atomic
-from pall_avalanche.strategies import METHODS
+from pall_avalanche.strategies import (
+    ABLATION_METHODS,
+    METHODS,
+    TABLE1_METHODS,
+    Independent,
+    SubnetworkStrategy,
+)
 
 __all__ = [
     "COLUMNS",
@@ -40,6 +49,7 @@ __all__ = [
     "label_rows",
     "load_records",
     "main",
+    "model_size_symbol",
     "plot_accuracy_heatmaps",
     "plot_metrics_vs",
     "plot_timing_vs_tasks",
@@ -48,6 +58,7 @@ __all__ = [
     "summary_frame",
     "table1_cells",
     "table1_frame",
+    "table1_side_by_side",
     "to_latex",
     "to_markdown",
     "wide_table",
@@ -56,9 +67,14 @@ __all__ = [
 
 COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓",
            "F_u_max": "F_u^max ↓"}
-#: Per-unlearning-request statistics a strategy may store (PALL: Table A3).
+#: Per-unlearning-request statistics a strategy may store (PALL: Table A2).
 STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change")
 _TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")
+#: The order of Table 1's rows: its methods, the ablations, then any other registered method.
+TABLE1_ORDER = tuple(dict.fromkeys([*TABLE1_METHODS, *ABLATION_METHODS, *METHODS]))
+#: Table 1's symbolic model sizes: the network (d), plus one mask per active task (M_i), one
+#: network per active task (d × |Ω_i|).
+DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE = "d", "d + M_i", "d × |Ω_i|"
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -115,19 +131,48 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
     return pd.DataFrame(rows)
 
 
+def _varying_keys(configs: Sequence[Mapping]) -> list[str]:
+    """The configuration keys whose values differ among ``configs``, sorted."""
+    keys = sorted({k for c in configs for k in c})
+    return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
+                                    for c in configs}) > 1]
+
+
 def table1_frame(records: Iterable[dict], methods: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per method: mean and std over seeds of every metric, the worst cases
-    (A_l^min, max F_u^max), the largest inference model size and the number of seeds."""
-    frame = summary_frame(records, ("method",))
+    """One row per benchmark and method, PALL's once per α (``alpha``, empty for the other
+    methods): ``row`` (the printed label, PALL's with its α), mean and std over seeds of every
+    metric, the worst cases (A_l^min, max F_u^max), the model size (MB, at |Ω| = T) and the
+    number of seeds. Rows follow ``methods`` (default :data:`TABLE1_ORDER`; other methods are
+    left out), PALL's by α.
+
+    :raises ValueError: when one row's records come from different configurations (seeds
+        aside): a row averages the seeds of one configuration.
+    """
+    records = [{**r, "alpha": _key(r, "alpha") if r["method"] == "pall" else None}
+               for r in records]
+    configs: dict[tuple, dict[str, Mapping]] = {}
+    for r in records:
+        configs.setdefault((_key(r, "benchmark"), r["method"], r["alpha"]), {})[
+            config_hash(r["config"])] = r["config"]
+    for (benchmark, method, _), found in configs.items():
+        if len(found) > 1:
+            raise ValueError(
+                f"the {method} records of {benchmark} come from {len(found)} configurations "
+                f"(differing in {_varying_keys(list(found.values()))}); a Table 1 row averages "
+                "the seeds of one: give folders that hold one Table 1 run per benchmark (the --out "
+                "of benchmarks/table1.py)")
+    frame = summary_frame(records, ("benchmark", "method", "alpha"))
     if frame.empty:
         return frame
-    order = list(methods) if methods is not None else list(frame["method"])
-    frame = frame.set_index("method").reindex([m for m in order if m in set(frame["method"])])
-    columns = ["exact", "seeds", *[c for n in METRIC_NAMES for c in (f"{n}_mean", f"{n}_std")
-                                   + (("A_l_min",) if n == "A_l" else ())
-                                   + (("F_u_max_max",) if n == "F_u_max" else ())],
-               "model_size_mb"]
-    return frame[columns].reset_index()
+    rank = {m: i for i, m in enumerate(methods if methods is not None else TABLE1_ORDER)}
+    frame = frame[frame["method"].isin(rank)]
+    frame = frame.assign(rank=frame["method"].map(rank)).sort_values(["rank", "alpha"],
+                                                                     kind="stable")
+    columns = ["method", "benchmark", "alpha", "row", "exact", "seeds",
+               *[c for n in METRIC_NAMES for c in (f"{n}_mean", f"{n}_std")
+                 + (("A_l_min",) if n == "A_l" else ())
+                 + (("F_u_max_max",) if n == "F_u_max" else ())], "model_size_mb"]
+    return label_rows(frame, "alpha", "α")[columns].reset_index(drop=True)
 
 
 def label_rows(frame: pd.DataFrame, key: str, symbol: str,
@@ -215,7 +260,13 @@ _LATEX = {"↑": r"$\uparrow$", "↓": r"$\downarrow$", "±": r"$\pm$", "—": "
           "θ̄": r"$\bar{\theta}$", "|": r"$|$", "✓": r"\cmark", "✗": r"\xmark"}
 
 
+#: Whole cells with a LaTeX form of their own (Table 1's symbolic model sizes).
+_LATEX_CELLS = {SUBNETWORK_SIZE: r"$d + M_i$", INDEPENDENT_SIZE: r"$d \times |\Omega_i|$"}
+
+
 def _latex_escape(text: str) -> str:
+    if text in _LATEX_CELLS:
+        return _LATEX_CELLS[text]
     text = text.replace("*Exact*", r"\textit{\textbf{Exact}}")
     return "".join(_LATEX.get(ch, ch) for ch in text.replace("θ̄", "\x00")).replace(
         "\x00", r"$\bar{\theta}$")
@@ -292,13 +343,53 @@ def write_report(stem: str | Path, *, preamble: str, numbers: pd.DataFrame,
 
 
 def table1_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's formatted cells (a :func:`table1_frame`): exact methods' A_u reads "Exact"
-    with the measured value, plus A_l^min, model size and the number of seeds."""
-    frame = frame.assign(label=[METHODS[m].label if m in METHODS else m
-                                for m in frame["method"]])
+    """Table 1's formatted cells (a :func:`table1_frame` of one benchmark): exact methods'
+    A_u reads "Exact" with the measured value, plus A_l^min, model size and the number of
+    seeds."""
     return format_table(frame, {**{n: COLUMNS[n] for n in METRIC_NAMES},
                                 "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)",
-                                "seeds": "Seeds"})
+                                "seeds": "Seeds"}, index={"row": "Method"})
+
+
+def model_size_symbol(method: str) -> str:
+    """Table 1's model size of a registered method: :data:`DENSE_SIZE` (``d``),
+    :data:`SUBNETWORK_SIZE` (``d + M_i``: PackNet, WSN, PALL, the sparse subnetworks) or
+    :data:`INDEPENDENT_SIZE` (``d × |Ω_i|``)."""
+    strategy = METHODS[method].strategy
+    if issubclass(strategy, Independent):
+        return INDEPENDENT_SIZE
+    return SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else DENSE_SIZE
+
+
+def table1_side_by_side(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Table 1 of every benchmark in ``records`` side by side, as the paper prints it: one
+    row per method (PALL once per α), the symbolic model size (:func:`model_size_symbol`),
+    then A_l, A_u, F_l, F_u per benchmark, benchmarks in order of appearance.
+
+    :returns: (the numbers: a :func:`table1_frame`, one row per benchmark and method with the
+        measured ``model_size_mb``; the formatted cells).
+    """
+    numbers = table1_frame(records)
+    cells = format_table(numbers, {n: COLUMNS[n] for n in ("A_l", "A_u", "F_l", "F_u")},
+                         index={"row": "Method", "benchmark": "Benchmark"})
+    wide = wide_table(cells, row="Method", column="Benchmark")
+    symbols = dict(zip(numbers["row"], numbers["method"].map(model_size_symbol), strict=True))
+    wide.insert(1, "Model size", wide["Method"].map(symbols))
+    return numbers, wide
+
+
+def _model_size_note(numbers: pd.DataFrame) -> str:
+    """The measured sizes behind the symbolic column of :func:`table1_side_by_side`."""
+    parts = []
+    for benchmark, part in numbers.groupby("benchmark", sort=False):
+        sizes: dict[str, dict[str, None]] = {}
+        for method, mb in zip(part["method"], part["model_size_mb"], strict=True):
+            sizes.setdefault(model_size_symbol(method), {})[f"{mb:.2f}"] = None
+        parts.append(f"{benchmark}: " + ", ".join(f"{symbol} = {' / '.join(values)}"
+                                                  for symbol, values in sizes.items()))
+    return ("Model size: d = the network, M_i = one mask per active task (1 bit per maskable "
+            "entry), |Ω_i| = the active tasks; measured at |Ω| = T in MB (2^20 bytes, "
+            f"model_size_mb in the CSV): {'; '.join(parts)}")
 
 
 def request_timings(record: Mapping, learn_index: int, unlearn_index: int
@@ -422,53 +513,90 @@ def _settings(records: Sequence[dict]) -> list[dict]:
         by_method.setdefault(record["method"], []).append(record)
     out = []
     for runs in by_method.values():
-        keys = sorted({k for r in runs for k in r["config"]})
-        varying = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True,
-                                                      default=str) for r in runs}) > 1]
+        varying = _varying_keys([r["config"] for r in runs])
         for r in runs:
             label = ", ".join(f"{k}={r['config'].get(k)}" for k in varying) or "default"
             out.append({**r, "point": r.get("point", label)})
     return out
 
 
+_TABLE1_HELP = """\
+--table1: the paper's Table 1 with every benchmark found side by side, e.g. after
+
+    python benchmarks/table1.py --benchmark cifar10 --data-root ~/data --device cuda
+    python benchmarks/table1.py --benchmark cifar100 --data-root ~/data --device cuda
+
+(records under results/table1/<benchmark>, the script's default --out):
+
+    python -m pall_avalanche.report --table1 results/table1/cifar10 results/table1/cifar100 \
+        --out reports/table1_paper
+
+Rows: the methods in Table 1's order, PALL once per α; column "Model size" symbolic (d,
+d + M_i for the subnetwork methods, d × |Ω_i| for Independent; the measured MB at |Ω| = T
+are in the preamble and the CSV's model_size_mb); then A_l, A_u, F_l, F_u per benchmark.
+The CSV has one row per benchmark and method. Every row must come from one configuration
+(seeds aside): folders that mix runs of other settings are refused.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> str:
-    """``python -m pall_avalanche.report RESULTS_DIR [--out reports/NAME]``: a table (.md,
-    .csv, .tex) of every (method, setting) found, accuracy heatmaps (first seed of each),
-    A_l/F_u against N_u when several N_u were run, and learning time per task."""
+    """``python -m pall_avalanche.report RESULTS_DIR [RESULTS_DIR ...] [--out reports/NAME]``:
+    a table (.md, .csv, .tex) of every (method, setting) found, accuracy heatmaps (first seed
+    of each), A_l/F_u against N_u when several N_u were run, and learning time per task; with
+    ``--table1``, the paper's Table 1 with the benchmarks side by side
+    (:func:`table1_side_by_side`)."""
     parser = argparse.ArgumentParser(prog="python -m pall_avalanche.report",
-                                     description=main.__doc__.split("\n")[0])
-    parser.add_argument("results", type=Path, help="folder of result records (seed*.json)")
+                                     description=main.__doc__.split("\n")[0],
+                                     epilog=_TABLE1_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="folders of result records (seed*.json), searched recursively")
+    parser.add_argument("--table1", action="store_true",
+                        help="the paper's Table 1 layout, benchmarks side by side (see below)")
     parser.add_argument("--out", type=Path, default=Path("reports/results"),
                         help="report path stem (default reports/results)")
-    parser.add_argument("--title", default="Results", help="report title")
+    parser.add_argument("--title", help="report title (default: Results, or Table 1's)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    records = sorted(_settings(load_records(args.results)),
-                     key=lambda r: (r["method"], str(r["point"]), r["seed"]))
+    records = [r for folder in args.results for r in load_records(folder)]
     if not records:
-        raise ValueError(f"no result records (seed*.json) under {args.results}")
+        raise ValueError("no result records (seed*.json) under "
+                         + ", ".join(map(str, args.results)))
+    command = "python -m pall_avalanche.report " + shlex.join(argv)
+    if args.table1:
+        frame, cells = table1_side_by_side(records)
+        title = args.title or ("Table 1 — " + ", ".join(dict.fromkeys(frame["benchmark"]))
+                               + " side by side")
+        notes = [_model_size_note(frame)]
+    else:
+        frame, cells, title, notes = _results_report(records, args.out, args.title or "Results")
+    preamble = provenance(records, title=title, command=command, notes=notes)
+    markdown = write_report(args.out, preamble=preamble, numbers=frame, cells=cells,
+                            caption=title)
+    print(markdown)
+    return markdown
+
+
+def _results_report(records: list[dict], out: Path, title: str
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, str, list[str]]:
+    """The generic report of :func:`main`: (numbers, cells, title, notes), figures written
+    next to ``out``."""
+    records = sorted(_settings(records), key=lambda r: (r["method"], str(r["point"]), r["seed"]))
     frame = summary_frame(records, ("benchmark", "method", "point"))
     cells = format_table(frame, {n: COLUMNS[n] for n in METRIC_NAMES} | {
         "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)", "seeds": "Seeds"},
         index={"benchmark": "Benchmark", "label": "Method", "point": "Setting"})
-    command = "python -m pall_avalanche.report " + shlex.join(argv)
-    figures = [f"{args.out.name}_heatmaps.png", f"{args.out.name}_timing.png"]
+    figures = [f"{out.name}_heatmaps.png", f"{out.name}_timing.png"]
     first = {}
     for record in records:
         first.setdefault((record["method"], record["point"]), record)
-    plot_accuracy_heatmaps(list(first.values())[:12], f"{args.out}_heatmaps.png", args.title)
-    plot_timing_vs_tasks(records, f"{args.out}_timing.png", args.title)
+    plot_accuracy_heatmaps(list(first.values())[:12], f"{out}_heatmaps.png", title)
+    plot_timing_vs_tasks(records, f"{out}_timing.png", title)
     by_nu = summary_frame(records, ("method", "n_unlearn"))
     if by_nu["n_unlearn"].nunique() > 1:
-        plot_metrics_vs(by_nu, "n_unlearn", ("A_l", "F_u"), f"{args.out}_vs_nu.png",
-                        xlabel="N_u")
-        figures.append(f"{args.out.name}_vs_nu.png")
-    preamble = provenance(records, title=args.title, command=command,
-                          notes=[f"Figures: {', '.join(figures)}"])
-    markdown = write_report(args.out, preamble=preamble, numbers=frame, cells=cells,
-                            caption=args.title)
-    print(markdown)
-    return markdown
+        plot_metrics_vs(by_nu, "n_unlearn", ("A_l", "F_u"), f"{out}_vs_nu.png", xlabel="N_u")
+        figures.append(f"{out.name}_vs_nu.png")
+    return frame, cells, title, [f"Figures: {', '.join(figures)}"]
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ def _validate(requests: Sequence[Request], n_tasks: int) -> None:
 
 
 def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequence:
-    """The paper's random request sequence (protocol §3).
+    """The paper's random request sequence (docs/fidelity.md, "Benchmarks and requests").
 
     Learning requests come in task order ``0..n_tasks-1``. ``n_unlearn`` distinct tasks are
     drawn without replacement; for each, in drawing order, its unlearning request is inserted

@@ -41,7 +41,7 @@ from pall_avalanche.checkpoint import (
 )
 from pall_avalanche.config import config_hash, resolve_method_config
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics
+from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics, model_size_mb
 from pall_avalanche.models import build_model
 from pall_avalanche.records import read_record, write_json_atomic
 from pall_avalanche.requests import RequestSequence, generate_requests
@@ -187,10 +187,10 @@ def run_record(method: str, seed: int, config: dict, *,
             "learn_seconds_per_epoch": float(np.mean(learn)) if learn else None,
             "unlearn_seconds": float(np.mean(unlearn)) if unlearn else None,
         },
-        "model_size_mb": max(evaluation.model_sizes_mb),
+        "model_size_mb": model_size_mb(*strategy.inference_size(resolved["n_tasks"])),
         "model_size_mb_per_request": evaluation.model_sizes_mb,
         "resumed_after": resumed_after,
-        # strategy-specific statistics per unlearning request (PALL: Table A3), else None
+        # strategy-specific statistics per unlearning request (PALL: Table A2), else None
         "unlearning_stats": getattr(strategy, "unlearning_stats", None),
         "eval_batch_size": resolved["eval_batch_size"],
         "split": split.to_dict(),

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pall_avalanche.config import config_hash
 from pall_avalanche.strategies.base import UnlearningPlugin
 
 __all__ = [
@@ -341,8 +342,10 @@ class WandbRequestLogger(UnlearningPlugin):
 @contextmanager
 def wandb_run(settings: WandbSettings | None, *, method: str, seed: int,
               config: Mapping[str, Any], group: str | None = None) -> Iterator[WandbRun]:
-    """One W&B run for the record of (``method``, ``seed``); finished on exit (failed if the
-    block raised). A no-op run when ``settings`` is ``None``.
+    """One W&B run for the record of (``method``, ``seed``), named
+    ``<method>-seed<seed>-<configuration hash>`` (several settings of one method, e.g. Table 1's
+    three PALL α, share a group); finished on exit (failed if the block raised). A no-op run
+    when ``settings`` is ``None``.
 
     :param settings: W&B settings or ``None``.
     :param method: the method's name.
@@ -350,7 +353,8 @@ def wandb_run(settings: WandbSettings | None, *, method: str, seed: int,
     :param config: the resolved configuration (logged as the run's config).
     :param group: default group when ``settings.group`` is not set.
     """
-    run = WandbRun(settings, name=f"{method}-seed{seed}", job_type="record", group=group,
+    run = WandbRun(settings, name=f"{method}-seed{seed}-{config_hash(config)}",
+                   job_type="record", group=group,
                    config={**config, "method": method, "seed": seed})
     try:
         yield run

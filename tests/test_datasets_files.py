@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import cifar_rows as _flat  # the short names: test_data.py imports them from here
+from helpers import dump_pickle as _dump
 from PIL import Image
 
 from pall_avalanche.data import cifar
@@ -22,19 +24,6 @@ from pall_avalanche.data.tinyimagenet import load_tinyimagenet
 def _images_chw(n: int, seed: int) -> np.ndarray:
     """Distinct uint8 images (n, 3, 32, 32) in CHW layout."""
     return np.random.default_rng(seed).integers(0, 256, size=(n, 3, 32, 32), dtype=np.uint8)
-
-
-def _dump(path: Path, obj: dict) -> None:
-    with path.open("wb") as f:
-        pickle.dump(obj, f)
-
-
-def _flat(images: np.ndarray) -> np.ndarray:
-    """The official row layout: 1024 red, then 1024 green, then 1024 blue values, row-major."""
-    rows = np.empty((len(images), 3072), dtype=np.uint8)
-    for n, image in enumerate(images):
-        rows[n] = np.concatenate([image[c].ravel() for c in range(3)])
-    return rows
 
 
 def _write_cifar10(root: Path) -> tuple[list[np.ndarray], list[list[int]], list[str]]:

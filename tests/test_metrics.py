@@ -48,7 +48,7 @@ def test_unlearning_means_over_remaining_tasks_and_max_over_all():
 
 
 def test_empty_active_sets_contribute_zero_with_fixed_denominators():
-    # protocol §3 edge case: Ω empties before a later learning request.
+    # the edge case of docs/fidelity.md ("empty Ω"): Ω empties before a later learning request.
     requests = seq("L0 U0 L1 U1", 2)
     acc = np.array([
         [90.0, 50.0],

@@ -82,6 +82,13 @@ def test_model_size_from_real_model_and_stored_masks(tmp_path, name, shape, n_ta
                       per_task_tokens=PALL.per_task_tokens)
     strategy = _with_random_masks(net, n_masks, alpha)
     assert round(model_size_mb(*strategy.inference_size()), 2) == expected
+    # The paper's size is the most the method can reach, |Ω| = T: d floats + T bits per
+    # maskable entry, whatever number of masks is stored now.
+    d = count_parameters(strategy.model.net)
+    entries = MaskSet.empty(strategy.model.shapes).n_entries()
+    assert strategy.inference_size(n_tasks) == (d, n_tasks * entries)
+    assert _with_random_masks(net, 2, alpha).inference_size(n_tasks) == (d, n_tasks * entries)
+    assert strategy.inference_size(3) == (d, 3 * entries)
     # A checkpoint of the masks holds 1 bit per maskable entry per task, plus the file
     # format's headers (well under 1 KiB per task).
     path = tmp_path / "masks.pt"
@@ -97,7 +104,11 @@ def test_model_size_from_real_model_and_stored_masks(tmp_path, name, shape, n_ta
 def test_independent_size_is_one_model_per_active_task():
     net = build_model("resnet18", input_shape=(3, 32, 32), n_tasks=5, classes_per_task=2)
     strategy = Independent(model=net, optimizer=make_optimizer(FAST_CONFIG, net.parameters()))
+    # |Ω| = T = 5 copies before any task is learned: T × the per-copy count.
+    assert strategy.inference_size() == (0, 0)
+    assert strategy.inference_size(5) == (5 * 11_164_352, 0)
     for task in range(5):
         strategy.model.add_task(task)
     # The paper prints 212.95 = 5 x 42.59 (rounded before multiplying); exactly 212.943.
     assert model_size_mb(*strategy.inference_size()) == pytest.approx(212.95, abs=0.01)
+    assert strategy.inference_size() == strategy.inference_size(5)

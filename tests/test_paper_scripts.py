@@ -143,6 +143,120 @@ def test_format_wide_markdown_latex_and_write(tmp_path):
     assert (tmp_path / "t.tex").read_text().startswith("% # T\n")
 
 
+# Table 1 side by side: hand-made records of two benchmarks in two results folders.
+# benchmark -> method -> [(alpha of the record's configuration, A_l per seed)], model sizes
+SIDE_BY_SIDE = {
+    "cifar10": ({"sequential": [(0.2, [80.0, 84.0])], "wsn": [(0.2, [90.0])],
+                 "pall": [(0.05, [91.0]), (0.1, [92.0]), (0.2, [93.0, 96.0])],
+                 "independent": [(0.2, [97.0])]},
+                {"d": 42.59, "d + M_i": 49.24, "d × |Ω_i|": 212.95}),
+    "cifar100": ({"sequential": [(0.1, [60.0])], "wsn": [(0.1, [65.0])],
+                  "pall": [(0.1, [70.0, 71.0]), (0.2, [72.0])],
+                  "independent": [(0.1, [75.0])]},
+                 {"d": 81.29, "d + M_i": 106.70, "d × |Ω_i|": 812.94}),
+}
+SYMBOLS = {"sequential": "d", "wsn": "d + M_i", "pall": "d + M_i", "independent": "d × |Ω_i|"}
+
+
+def _side_by_side_metrics(a_l: float, seed: int) -> dict:
+    return {"A_l": a_l, "A_u": a_l - 40, "F_l": 0.5 * seed, "F_u": a_l / 100, "F_u_max": 2.0}
+
+
+def _write_side_by_side(root: Path) -> list[Path]:
+    folders = []
+    for benchmark, (methods, sizes) in SIDE_BY_SIDE.items():
+        folder = root / f"results_{benchmark}"
+        for method, runs in methods.items():
+            for alpha, a_ls in runs:
+                for seed, a_l in enumerate(a_ls):
+                    record = _record(method, seed, _side_by_side_metrics(a_l, seed),
+                                     benchmark=benchmark, requests=[], accuracy=[],
+                                     exact=method in ("pall", "independent"),
+                                     model_size_mb=sizes[SYMBOLS[method]])
+                    record["config"] = {**record["config"], "benchmark": benchmark,
+                                        "alpha": alpha}
+                    path = folder / benchmark / method / f"a{alpha}" / f"seed{seed}.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps(record))
+        folders.append(folder)
+    return folders
+
+
+def _cell(values: list[float], exact: bool = False) -> str:
+    import statistics
+
+    cell = (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1
+            else f"{values[0]:.2f}")
+    return f"*Exact* ({cell})" if exact else cell
+
+
+def test_model_size_symbols_are_the_papers():
+    dense = ("sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp", "er_retrain")
+    subnetworks = ("packnet", "wsn", "pall", "static_sparse", "dynamic_sparse")
+    assert {m: report.model_size_symbol(m) for m in (*dense, *subnetworks, "independent")} == {
+        **dict.fromkeys(dense, "d"), **dict.fromkeys(subnetworks, "d + M_i"),
+        "independent": "d × |Ω_i|"}
+
+
+def test_table1_side_by_side_cells_hand_computed(tmp_path):
+    folders = _write_side_by_side(tmp_path)
+    markdown = report.main(["--table1", *map(str, folders), "--out", str(tmp_path / "t1")])
+    assert markdown == (tmp_path / "t1.md").read_text()
+    assert markdown.startswith("# Table 1 — cifar10, cifar100 side by side\n")
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    header, *rows = [[c.strip().replace(r"\|", "|") for c in line.strip("|").split(" | ")]
+                     for line in lines]
+    assert r"| Independent | d × \|Ω_i\| |" in markdown       # "|" escaped in Markdown
+    assert header == ["Method", "Model size",
+                      *[f"{b} {c}" for b in SIDE_BY_SIDE
+                        for c in ("A_l ↑", "A_u ↓", "F_l ↓", "F_u ↓")]]
+    expected = []
+    for method, alpha in [("sequential", None), ("wsn", None), ("pall", 0.05), ("pall", 0.1),
+                          ("pall", 0.2), ("independent", None)]:
+        label = {"sequential": "Sequential", "wsn": "WSN", "independent": "Independent",
+                 "pall": f"PALL (α={alpha})"}[method]
+        row = [label, SYMBOLS[method]]
+        for methods, _ in SIDE_BY_SIDE.values():
+            a_ls = [a_ls for a, a_ls in methods[method] if alpha in (None, a)]
+            if not a_ls:
+                row += ["—"] * 4
+                continue
+            metrics = [_side_by_side_metrics(a_l, seed) for seed, a_l in enumerate(a_ls[0])]
+            row += [_cell([m[name] for m in metrics],
+                          exact=name == "A_u" and method in ("pall", "independent"))
+                    for name in ("A_l", "A_u", "F_l", "F_u")]
+        expected.append(row)
+    assert rows == expected
+    assert rows[2][6:] == ["—"] * 4            # no PALL α=0.05 record on cifar100
+    assert rows[4][2:4] == ["94.50 ± 2.12", "*Exact* (54.50 ± 2.12)"]     # 93, 96 by hand
+    # The CSV: one row per benchmark and method, with the measured model size.
+    csv = pd.read_csv(tmp_path / "t1.csv")
+    assert list(zip(csv["benchmark"], csv["row"], csv["model_size_mb"], strict=True)) == [
+        ("cifar10", "Sequential", 42.59), ("cifar100", "Sequential", 81.29),
+        ("cifar10", "WSN", 49.24), ("cifar100", "WSN", 106.70),
+        ("cifar10", "PALL (α=0.05)", 49.24),
+        ("cifar10", "PALL (α=0.1)", 49.24), ("cifar100", "PALL (α=0.1)", 106.70),
+        ("cifar10", "PALL (α=0.2)", 49.24), ("cifar100", "PALL (α=0.2)", 106.70),
+        ("cifar10", "Independent", 212.95), ("cifar100", "Independent", 812.94)]
+    assert csv["seeds"].tolist() == [2, 1, 1, 1, 1, 1, 2, 2, 1, 1, 1]
+    assert ("cifar10: d = 42.59, d + M_i = 49.24, d × |Ω_i| = 212.95; cifar100: d = 81.29, "
+            "d + M_i = 106.70, d × |Ω_i| = 812.94") in markdown
+    latex = (tmp_path / "t1.tex").read_text()
+    assert r"PALL ($\alpha$=0.05) & $d + M_i$ & 91.00" in latex
+    assert r"Independent & $d \times |\Omega_i|$ & 97.00" in latex
+
+
+def test_table1_side_by_side_refuses_mixed_configurations(tmp_path):
+    folders = _write_side_by_side(tmp_path)
+    other = _record("sequential", 5, M1, benchmark="cifar10", requests=[], accuracy=[])
+    other["config"] = {**other["config"], "benchmark": "cifar10", "alpha": 0.2, "epochs": 1}
+    (folders[0] / "seed5.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match=r"the sequential records of cifar10 come from 2 "
+                                         r"configurations \(differing in \['epochs'\]\)"):
+        report.main(["--table1", *map(str, folders), "--out", str(tmp_path / "t1")])
+    assert not (tmp_path / "t1.md").exists()
+
+
 def test_request_timings_checks_kinds():
     record = _record("pall", 0, M1)
     assert report.request_timings(record, 0, 1) == (2.0, 0.5)

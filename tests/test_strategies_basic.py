@@ -3,7 +3,7 @@
 import pytest
 import torch
 from avalanche.training import Naive
-from helpers import make_strategy, predictions, seq, snapshot
+from helpers import FAST_CONFIG, make_strategy, predictions, seq, snapshot
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import count_parameters
@@ -132,3 +132,31 @@ def test_mixed_task_batches_route_each_sample_to_its_task(wrap):
     x, tasks = torch.randn(6, 1, 8, 8), torch.tensor([0, 1, 0, 2, 1, 0])
     one_by_one = torch.stack([net(x[i:i + 1], int(tasks[i]))[0] for i in range(6)])
     assert torch.allclose(net(x, tasks), one_by_one)
+
+
+@pytest.mark.parametrize("method", ["sequential", "independent", "pall"])
+def test_record_model_size_is_the_most_the_method_can_reach(method):
+    """The record's model size is the paper's, at |Ω| = T active tasks, although seed 0's
+    sequence (L0 L1 L2 U2 L3 U3 L4 U4) never holds more than 3; the per-request sizes are
+    the ones measured along the run."""
+    from pall_avalanche.evaluation import model_size_mb
+    from pall_avalanche.masks import MaskSet, SubnetworkNet
+    from pall_avalanche.models import build_model
+    from pall_avalanche.runner import run_record
+
+    record = run_record(method, 0, {**FAST_CONFIG, "epochs": 1, "train_per_task": 40})
+    d = count_parameters(build_model("mlp", input_shape=(1, 8, 8), n_tasks=5,
+                                     classes_per_task=2))
+    entries = MaskSet.empty(SubnetworkNet(build_model(
+        "mlp", input_shape=(1, 8, 8), n_tasks=5, classes_per_task=2), 0.2).shapes).n_entries()
+    active, sizes = set(), []
+    for request in record["requests"]:
+        (active.add if request["kind"] == "learn" else active.discard)(request["task"])
+        sizes.append({"sequential": (d, 0), "independent": (len(active) * d, 0),
+                      "pall": (d, len(active) * entries)}[method])
+    size_at_t = {"sequential": (d, 0), "independent": (5 * d, 0), "pall": (d, 5 * entries)}
+    assert record["model_size_mb"] == pytest.approx(model_size_mb(*size_at_t[method]))
+    assert record["model_size_mb_per_request"] == pytest.approx(
+        [model_size_mb(*size) for size in sizes])
+    if method != "sequential":
+        assert max(record["model_size_mb_per_request"]) < record["model_size_mb"]

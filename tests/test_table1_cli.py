@@ -1,4 +1,5 @@
-"""benchmarks/table1.py end to end on digits: records, tables, replay, resume, bad input."""
+"""benchmarks/table1.py end to end on digits and on CIFAR-10 files: records, the paper's
+layout (PALL once per α), replay, resume, bad input."""
 
 import importlib.util
 import json
@@ -10,9 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from helpers import write_cifar10
 
 from pall_avalanche.cli import parse_methods
+from pall_avalanche.config import apply_overrides, load_config
 from pall_avalanche.records import read_record
+from pall_avalanche.runner import record_path
+from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "table1.py"
@@ -60,7 +66,8 @@ def test_table_records_and_resume(tmp_path, capsys):
     md = (tmp_path / "rep" / "table1_digits.md").read_text()
     assert "Command: `python benchmarks/table1.py --methods sequential,independent" in md
     csv = (tmp_path / "rep" / "table1_digits.csv").read_text().splitlines()
-    assert csv[0].startswith("method,exact,seeds,A_l_mean") and len(csv) == 3
+    assert csv[0].startswith("method,benchmark,alpha,row,exact,seeds,A_l_mean")
+    assert len(csv) == 3
 
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")}
     code, out2, _ = run_main(args, capsys)
@@ -150,3 +157,61 @@ def test_records_of_another_format_are_not_reused(tmp_path, capsys):
     path.write_text(json.dumps({**json.loads(path.read_text()), "format": 0}))
     code, _, err = run_main(args, capsys)
     assert code == 2 and "has record format 0; this version writes format 1" in err
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The cells of a report's Markdown table, header and separator left out."""
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[1:]]
+
+
+def test_cifar10_files_end_to_end_in_the_papers_layout(tmp_path, capsys):
+    """Table 1 on a small CIFAR-10 in the official file layout: PALL once per α of Table 1,
+    every other method once (WSN at the configuration's α = 1/T); a command-line α gives one
+    PALL row, from the record already there."""
+    write_cifar10(tmp_path / "data", train_per_class=4, test_per_class=2)
+    args = ["--benchmark", "cifar10", "--data-root", str(tmp_path / "data"), "--epochs", "1",
+            "--seeds", "0", "--train-per-task", "4", "--n-retrain-iters", "2",
+            "--set", "model=cnn", "--out", str(tmp_path / "out"),
+            "--report-dir", str(tmp_path / "rep"), "--quiet"]
+    code, out, err = run_main(args, capsys)
+    assert code == 0, err
+    md = (tmp_path / "rep" / "table1_cifar10.md").read_text()
+    assert out.strip() == md.strip()
+    labels = [row[0] for row in table_rows(md)]
+    pall = [f"PALL (α={a:g})" for a in TABLE1_ALPHAS]
+    assert labels == ["Sequential", "EWC", "LwF", "LSF", "GEM", "ER", "DER++", "PackNet",
+                      "WSN", *pall, "Independent"]
+    assert "PALL α = 0.05, 0.1, 0.2" in md and "WSN: α = 0.2" in md
+    records = records_in(tmp_path / "out")
+    assert len(records) == len(TABLE1_METHODS) + 2
+    assert {r["benchmark"] for r in records} == {"cifar10"}
+    assert sorted(r["config"]["alpha"] for r in records if r["method"] == "pall") == [
+        0.05, 0.1, 0.2]
+    assert all(r["config"]["alpha"] == 0.2 for r in records if r["method"] != "pall")
+    assert all(r["config"]["model"] == "cnn" and r["split"]["input_shape"] == [3, 32, 32]
+               for r in records)
+    csv = (tmp_path / "rep" / "table1_cifar10.csv").read_text().splitlines()
+    assert csv[0].startswith("method,benchmark,alpha,row,exact,seeds,A_l_mean")
+    assert [line.split(",")[3] for line in csv[1:]] == labels
+
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")}
+    code, _, err = run_main([*args, "--set", "methods.pall.alpha=0.1"], capsys)
+    assert code == 0, err
+    md = (tmp_path / "rep" / "table1_cifar10.md").read_text()
+    assert [row[0] for row in table_rows(md)] == [*labels[:9], "PALL (α=0.1)", "Independent"]
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == stamps
+
+
+def test_table1_alphas_match_the_alpha_sweep():
+    """The sweep's PALL records (--alpha A) are the ones table1.py reuses (PALL's α alone)."""
+    sweep = yaml.safe_load((ROOT / "benchmarks" / "sweeps" / "table1_alpha.yaml").read_text())
+    assert sweep["program"] == "benchmarks/table1.py"
+    assert tuple(sweep["parameters"]["alpha"]["values"]) == TABLE1_ALPHAS
+    for benchmark in sweep["parameters"]["benchmark"]["values"]:
+        config = load_config(ROOT / "benchmarks" / "configs" / f"{benchmark}.yaml")
+        assert config["alpha"] == 1 / config["n_tasks"]           # every other table's α
+        for alpha in TABLE1_ALPHAS:
+            assert (record_path("out", "pall", 0, apply_overrides(config, [("alpha", alpha)]))
+                    == record_path("out", "pall", 0, apply_overrides(
+                        config, [("methods.pall.alpha", alpha)])))

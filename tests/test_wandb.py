@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pall_avalanche import wandb_logging
+from pall_avalanche.config import config_hash
 from pall_avalanche.wandb_logging import WandbSettings, read_offline_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,13 +47,14 @@ def offline_runs(tmp_path) -> dict[str, tuple[Path, dict]]:
 
 
 def test_offline_table1_run_logs_requests_record_and_table(tmp_path):
-    code, records = table1(["--methods", "sequential,pall", "--wandb", "--wandb-tags", "a,b",
-                            "--wandb-group", "grp"], tmp_path)
+    code, records = table1(["--methods", "sequential,pall", "--alpha", "0.2", "--wandb",
+                            "--wandb-tags", "a,b", "--wandb-group", "grp"], tmp_path)
     assert code == 0 and set(records) == {"sequential", "pall"}
     runs = offline_runs(tmp_path)
-    assert set(runs) == {"sequential-seed0", "pall-seed0", "table1_digits"}
+    names = {m: f"{m}-seed0-{config_hash(r['config'])}" for m, r in records.items()}
+    assert set(runs) == {*names.values(), "table1_digits"}
     for method, record in records.items():
-        folder, run = runs[f"{method}-seed0"]
+        folder, run = runs[names[method]]
         assert (run["group"], run["job_type"], run["tags"]) == ("grp", "record", ["a", "b"])
         assert run["config"] == {"_wandb": {}, **record["config"], "method": method, "seed": 0}
         rows = {row["_step"]: row for row in run["history"]}
@@ -67,7 +69,7 @@ def test_offline_table1_run_logs_requests_record_and_table(tmp_path):
             assert row["time/seconds"] == record["timings"]["per_request"][i]["seconds"]
             assert row["model_size_mb"] == record["model_size_mb_per_request"][i]
         unlearn_rows = [rows[i] for i, r in enumerate(record["requests"]) if r["kind"] == "unlearn"]
-        if method == "pall":                               # PALL's Table A3 statistics, live
+        if method == "pall":                               # PALL's Table A2 statistics, live
             assert [r["unlearning/redrawn"] for r in unlearn_rows] == [
                 s["redrawn"] for s in record["unlearning_stats"]]
         summary = run["summary"]

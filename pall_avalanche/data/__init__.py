@@ -34,7 +34,7 @@ __all__ = [
     "task_incremental_benchmark_from_tensors",
 ]
 
-# Normalisation statistics (protocol §2).
+# Normalisation statistics (the paper's).
 CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2615))
 CIFAR100_STATS = ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))
 TINYIMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

@@ -139,7 +139,7 @@ def task_incremental_benchmark_from_tensors(
     benchmark = with_classes_timeline(with_task_labels(benchmark_from_datasets(**streams)))
     for stream in benchmark.streams.values():
         for exp in stream:
-            # Avalanche's timeline stores sets; MultiHeadClassifier indexes them (notes §3).
+            # Avalanche's timeline stores sets; MultiHeadClassifier indexes them.
             exp.classes_in_this_experience = sorted(exp.classes_in_this_experience)
     benchmark.split = TaskSplit(
         name=name,

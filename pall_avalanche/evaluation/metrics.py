@@ -1,7 +1,8 @@
 """The paper's metrics as pure functions of (accuracy matrix, request sequence).
 
 ``accuracy[i, t]`` is the test accuracy (percent) on task ``t`` after request ``i`` (0-based
-rows; the paper's a_{i+1,t}). With T learning and N_u unlearning requests (protocol §7):
+rows; the paper's a_{i+1,t}). With T learning and N_u unlearning requests
+(docs/fidelity.md, "Metrics"):
 
 - A_l   = mean over t ∈ Ω_r of a_{r,t}                       (None if Ω_r is empty)
 - A_u   = mean over unlearned tasks of a_{r,t}               (None if N_u = 0)
@@ -68,7 +69,7 @@ def compute_metrics(accuracy: np.ndarray | Sequence[Sequence[float]],
 
 def summarize_metrics(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float | None]:
     """Across seeds: ``<name>_mean`` and ``<name>_std`` (sample std, ddof=1) of every metric,
-    plus the worst cases ``A_l_min`` and ``F_u_max_max`` (Table A7). Undefined values are
+    plus the worst cases ``A_l_min`` and ``F_u_max_max`` (Table A8). Undefined values are
     skipped; a statistic with no defined value is ``None``."""
     runs = list(runs)
     out: dict[str, float | None] = {"n_runs": len(runs)}
@@ -84,9 +85,9 @@ def summarize_metrics(runs: Iterable[Mapping[str, float | None]]) -> dict[str, f
 
 
 def model_size_mb(n_float_params: int, n_mask_bits: int = 0) -> float:
-    """Inference model size in MB (2^20 bytes), protocol §8: 4 bytes per float parameter plus
-    1 bit per maskable entry per stored mask. ResNet-18 (11,164,352 floats) with 5 masks over
-    all its entries gives 49.24 MB; alone 42.59 MB."""
+    """Inference model size in MB (2^20 bytes), as the paper counts it: 4 bytes per float
+    parameter plus 1 bit per maskable entry per stored mask. ResNet-18 (11,164,352 floats)
+    with 5 masks over all its entries gives 49.24 MB; alone 42.59 MB."""
     if n_float_params < 0 or n_mask_bits < 0:
         raise ValueError(
             f"parameter and mask-bit counts must be non-negative, got {n_float_params} and "

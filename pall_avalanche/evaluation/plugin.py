@@ -29,7 +29,7 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
                    device: torch.device | str = "cpu") -> list[float]:
     """Accuracy (percent) of ``model`` on each experience of ``test_stream``, in eval mode,
     unshuffled batches of ``batch_size`` (BatchNorm without running statistics depends on
-    the evaluation batch, protocol §7). The model's train/eval mode is restored."""
+    the evaluation batch; docs/fidelity.md, "Metrics"). The model's train/eval mode is restored."""
     was_training = model.training
     model.eval()
     accuracies = []

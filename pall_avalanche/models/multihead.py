@@ -1,7 +1,7 @@
 """Task-incremental output: one backbone, one bias-free head whose block t belongs to task t.
 
 The head has ``n_tasks * classes_per_task`` units; a sample of task t sees only the logits of
-block t (other tasks' logits never enter its softmax), which is protocol §4's multi-head
+block t (other tasks' logits never enter its softmax), which is the reference's multi-head
 layout. The network is an Avalanche ``MultiTaskModule``, so ``avalanche_forward(model, x, t)``
 and every Avalanche strategy pass the task labels through.
 """

@@ -1,6 +1,7 @@
-"""CIFAR ResNet-18/34 (protocol §4): 3x3 stride-1 stem, no max-pool, BasicBlocks, bias-free
-convolutions, and BatchNorm **without affine parameters or running statistics** (batch
-statistics in train and eval), so nothing can leak across tasks through normalisation."""
+"""CIFAR ResNet-18/34 (docs/fidelity.md, "Models"): 3x3 stride-1 stem, no max-pool,
+BasicBlocks, bias-free convolutions, and BatchNorm **without affine parameters or running
+statistics** (batch statistics in train and eval), so nothing can leak across tasks through
+normalisation."""
 
 from __future__ import annotations
 

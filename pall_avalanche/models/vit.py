@@ -1,4 +1,5 @@
-"""ViT-T/8 for S-TinyImageNet (protocol §4), built from timm's ``PatchEmbed`` and ``Block``.
+"""ViT-T/8 for S-TinyImageNet (docs/fidelity.md, "Models"), built from timm's ``PatchEmbed``
+and ``Block``.
 
 8×8 patches (convolution with bias) → 64 tokens + CLS, width 192, 12 pre-LN blocks with 3
 heads, MLP 768 with GELU; Q/K/V and output projections without bias, MLP with bias; LayerNorm
@@ -6,6 +7,12 @@ heads, MLP 768 with GELU; Q/K/V and output projections without bias, MLP with bi
 the MLP and the attention probabilities; the CLS output is the feature vector (the bias-free
 head is :class:`~pall_avalanche.models.TaskIncrementalNet`'s). 5,408,064 parameters with a
 200-unit head.
+
+Q, K and V come from timm's fused projection ``attn.qkv`` (one ``Linear(192, 576)``, weight
+rows ``[0:192] = W_Q``, ``[192:384] = W_K``, ``[384:576] = W_V``). The subnetwork methods mask
+it per slice: each of W_Q, W_K, W_V is selected as its own layer (its own top-k at α, its own
+share or pruning count), as the paper's reference masks them as separate layers
+(:func:`~pall_avalanche.masks.selection_slices`, docs/fidelity.md).
 
 With ``token_sets=T`` every task has its own CLS token and positional embedding (12,672
 parameters per task), as the subnetwork methods use them: they are not masked; the task being

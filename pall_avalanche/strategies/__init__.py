@@ -25,7 +25,7 @@ register_method("independent", Independent, exact=True, label="Independent")
 register_method("pall", PALL, exact=True, label="PALL",
                 params=("alpha", "n_retrain_iters", "beta", "buffer_size", "buffer_selection"),
                 optional=("strict_cascade",))
-# Strict PALL variants for the exactness audit (protocol §5.4; README "How exact is exact?").
+# Strict PALL variants for the exactness audit (docs/fidelity.md; README "How exact is exact?").
 register_method("pall_beta0", PALL, exact=True, label="PALL (β=0)",
                 params=("alpha", "n_retrain_iters", "beta", "buffer_size", "buffer_selection"),
                 optional=("strict_cascade",), config={"beta": 0.0})
@@ -52,6 +52,8 @@ register_method("dynamic_sparse", DynamicSparse, exact=True, label="Dynamic spar
 #: The methods of the paper's Table 1, in its row order.
 TABLE1_METHODS = ("sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp", "packnet", "wsn",
                   "pall", "independent")
+#: PALL's connectivities α in Table 1 (one row each); every other table uses α = 1/T.
+TABLE1_ALPHAS = (0.05, 0.1, 0.2)
 #: The ablation methods (ER (Retraining), the independent sparse subnetworks).
 ABLATION_METHODS = ("er_retrain", "static_sparse", "dynamic_sparse")
 
@@ -74,6 +76,7 @@ __all__ = [
     "Sequential",
     "StaticSparse",
     "SubnetworkStrategy",
+    "TABLE1_ALPHAS",
     "TABLE1_METHODS",
     "UnlearningPlugin",
     "UnlearningTemplate",

@@ -6,7 +6,7 @@
 ``after_unlearning`` around the method's own ``_unlearn`` step, so metrics, loggers and
 method plugins react to unlearning like to any other event.
 
-Conventions shared by all methods (protocol §6):
+Conventions shared by all methods (docs/fidelity.md, "Baselines"):
 
 - ``active_tasks`` is Ω in learning order: a task joins after its training experience
   (before the ``after_training_exp`` plugins run) and leaves before ``_unlearn`` runs.
@@ -77,14 +77,14 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     Takes every keyword argument of ``SupervisedTemplate`` (keyword-only), plus:
 
     :param lr_schedule: ``"constant"`` (default) or ``"cosine"`` (per-epoch annealing within
-        each learning request, protocol §5.2 for TinyImageNet).
+        each learning request; the paper's TinyImageNet schedule).
     """
 
     PLUGIN_CLASS = UnlearningPlugin
     checkpoint_attributes = ("active_tasks", "clock.train_iterations", "clock.train_exp_counter",
                              "clock.total_iterations")
     #: Whether the method wants per-task token parameters in backbones that have them
-    #: (ViT's CLS token and positional embedding; protocol §4: the subnetwork methods).
+    #: (ViT's CLS token and positional embedding; docs/fidelity.md, "Models").
     per_task_tokens: bool = False
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
@@ -231,8 +231,12 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
             plugin.load_state_dict(state["plugins"][key])
 
     # --------------------------------------------------------------- model size
-    def inference_size(self) -> tuple[int, int]:
-        """(float parameters, mask bits) needed for inference on the active tasks."""
+    def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:
+        """(float parameters, mask bits) needed for inference.
+
+        :param n_tasks: the size with that many active tasks (default: the active ones now);
+            a dense model's size does not depend on it.
+        """
         return count_parameters(self.model), 0
 
     def synchronize(self) -> None:

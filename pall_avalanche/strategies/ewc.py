@@ -2,24 +2,34 @@
 
 Avalanche's ``EWCPlugin`` (``mode="separate"``) keeps a diagonal Fisher and a parameter
 snapshot per trained experience, keyed by ``clock.train_exp_counter``. :class:`TaskEWCPlugin`
-reuses its Fisher computation and storage, remembers which counter belongs to which task, sums
-the penalty over the active tasks only, and forgets a task by deleting its Fisher and snapshot
-(protocol §6: unlearning changes no parameter).
+reuses its storage and hooks, remembers which counter belongs to which task, sums the penalty
+over the active tasks only, and forgets a task by deleting its Fisher and snapshot
+(unlearning changes no parameter).
 
-The Fisher of task t is computed on D^t with task t's head: Avalanche's
-``compute_importances`` forwards each batch with its task labels, and the multi-head model
-then answers with task t's block only, so every other task's head rows get zero importance.
+The Fisher is the paper's estimator, not Avalanche's (docs/fidelity.md, "EWC"): after
+learning task t, one pass over D^t **one sample at a time**, with task t's head, the model
+in training mode, the true label y:
+
+    F_t = (1/N) Σ_n p(y_n | x_n) · (∇_θ log p(y_n | x_n))²
+
+(:func:`fisher_diagonal`). Avalanche's ``compute_importances`` squares mini-batch-mean
+gradients instead, an estimator whose scale moves with the batch size and the training state,
+so the paper's λ would mean something else with it.
 """
 
 from __future__ import annotations
 
 import torch
+from avalanche.models.utils import avalanche_forward
 from avalanche.training.plugins import EWCPlugin
+from avalanche.training.utils import ParamData
 from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
 
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
-__all__ = ["EWC", "TaskEWCPlugin"]
+__all__ = ["EWC", "TaskEWCPlugin", "fisher_diagonal"]
 
 
 def check_non_negative(**values: float) -> None:
@@ -27,6 +37,41 @@ def check_non_negative(**values: float) -> None:
     for name, value in values.items():
         if value < 0:
             raise ValueError(f"{name}={value} is invalid; it must be >= 0")
+
+
+def fisher_diagonal(model: nn.Module, dataset, device: torch.device | str = "cpu"
+                    ) -> dict[str, ParamData]:
+    """The diagonal Fisher of ``model`` on ``dataset``, one sample at a time:
+    ``(1/N) Σ_n p(y_n|x_n) · (∇ log p(y_n|x_n))²`` with y_n the sample's true label and the
+    sample's own task head, the model in training mode (as it learned). Parameters that do not
+    require a gradient get zeros.
+
+    :param model: the network (called as ``model(x, task)`` through ``avalanche_forward``).
+    :param dataset: an Avalanche dataset of ``(x, y, task)`` samples.
+    :param device: where to compute.
+    :return: parameter name → ``ParamData`` (Avalanche's container, as the plugin stores it).
+    """
+    named = [(name, p) for name, p in model.named_parameters()]
+    trainable = [p for _, p in named if p.requires_grad]
+    fisher = {name: torch.zeros_like(p) for name, p in named}
+    was_training = model.training
+    model.train()
+    collate = getattr(dataset, "collate_fn", None)
+    n = 0
+    for x, y, task, *_ in DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=collate):
+        log_p = F.log_softmax(avalanche_forward(model, x.to(device), int(task[0])), dim=1)
+        log_p_true = log_p[0, int(y[0])]
+        grads = torch.autograd.grad(log_p_true, trainable, allow_unused=True)
+        weight = log_p_true.detach().exp()
+        gradient = dict(zip((id(p) for p in trainable), grads, strict=True))
+        for name, p in named:
+            g = gradient.get(id(p))
+            if g is not None:
+                fisher[name].addcmul_(g, g, value=weight)
+        n += 1
+    model.train(was_training)
+    return {name: ParamData(name, init_tensor=value / max(n, 1), device=value.device)
+            for name, value in fisher.items()}
 
 
 class TaskEWCPlugin(EWCPlugin, UnlearningPlugin):
@@ -67,6 +112,13 @@ class TaskEWCPlugin(EWCPlugin, UnlearningPlugin):
     def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
         if self.counter_of and self.ewc_lambda and not getattr(strategy, "head_only", False):
             strategy.loss += self.ewc_lambda * self.penalty(strategy.model)
+
+    def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size,
+                            num_workers=0) -> dict[str, ParamData]:
+        """The paper's per-sample Fisher (:func:`fisher_diagonal`) of the experience just
+        learned; Avalanche's hook, so its ``after_training_exp`` stores it with the snapshot
+        (the criterion, optimizer and batch size it passes are not used)."""
+        return fisher_diagonal(model, dataset, device)
 
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         super().after_training_exp(strategy, **kwargs)

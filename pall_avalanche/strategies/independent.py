@@ -93,5 +93,11 @@ class Independent(UnlearningTemplate):
             self.model.add_task(task).to(self.device)
         super().restore_checkpoint_state(state)
 
-    def inference_size(self) -> tuple[int, int]:
-        return count_parameters(self.model.task_models), 0
+    def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:
+        """(d × |Ω| float parameters, no mask bits).
+
+        :param n_tasks: the size with that many task models (default: the ones held now).
+        """
+        if n_tasks is None:
+            return count_parameters(self.model.task_models), 0
+        return n_tasks * count_parameters(self.model.untrained), 0

@@ -1,11 +1,13 @@
 """LSF: learning with selective forgetting (Shibata et al., 2021) with mnemonic codes.
 
 Each class of each task gets a mnemonic code, a random noise image of the input's shape
-(standard normal, the scale of normalised inputs). Learning task t (protocol §6) adds to the
-cross-entropy on x:
+(standard normal, the scale of normalised inputs). Learning task t:
 
-- CE on the mixture ``λx + (1−λ)·code[y]``, λ ~ U(0, 1) per sample (mnemonic embedding),
-- the EWC and LwF terms (:class:`TaskEWCPlugin`, :class:`TaskLwFPlugin`),
+- the data term: one mean cross-entropy over the concatenation of the clean mini-batch x and
+  its mixture ``λx + (1−λ)·code[y]``, λ ~ U(0, 1) per sample (mnemonic embedding), i.e. half
+  the weight on each (docs/fidelity.md, "LSF"),
+- the EWC and LwF terms (:class:`TaskEWCPlugin`: per-sample Fisher; :class:`TaskLwFPlugin`:
+  mean distillation over the earlier active tasks),
 - ``γ · CE(codes of the active earlier tasks → their labels)``,
 
 after LwF's head-only warm-up (:class:`HeadWarmupTemplate`; the terms that cannot move the
@@ -79,7 +81,10 @@ class LSF(LwF):
         x, y = self.mb_x, self.mb_y
         lam = torch.rand(len(x), *([1] * (x.dim() - 1)), device=x.device)
         mixed = lam * x + (1 - lam) * self.codes[self.experience.task_label][y]
-        self.loss += F.cross_entropy(avalanche_forward(self.model, mixed, self.mb_task_id), y)
+        # self.loss is the criterion's mean CE on x: halving the sum with the mean CE on the
+        # (equally many) mixed samples gives the mean CE over the concatenated mini-batch
+        mixed_ce = F.cross_entropy(avalanche_forward(self.model, mixed, self.mb_task_id), y)
+        self.loss = (self.loss + mixed_ce) / 2
         if self.active_tasks and self.gamma and not self.head_only:
             self.loss += self.gamma * self.code_loss(self.active_tasks)
         super()._before_backward(**kwargs)

@@ -4,11 +4,14 @@ Pieces (LSF reuses all of them):
 
 - :class:`TaskLwFPlugin`: Avalanche's ``LwFPlugin`` whose regulariser
   (:class:`ActiveTaskLwF`, a ``LearningWithoutForgetting``) distils only the tasks still in
-  ``prev_classes_by_task`` (the active ones), with the previous model frozen; unlearning a task
-  deletes its entry, so no distillation term refers to it.
+  ``prev_classes_by_task`` (the active ones), with the previous model frozen, and takes the
+  **mean** of their distillation terms (Avalanche sums them; the paper's reference averages,
+  docs/fidelity.md "LwF"); unlearning a task deletes its entry, so no distillation term refers
+  to it.
 - :class:`HeadWarmupTemplate`: the first half of a learning request's epochs trains only the
   new task's head rows (the warm-up of the original LwF), the second half trains everything
-  with a fresh optimizer.
+  with a fresh optimizer. With no earlier active task (the first request, or Ω empty) there is
+  nothing to protect: the warm-up is skipped and every epoch trains everything.
 - :class:`LwF`: the two together; unlearning changes no parameter (inexact).
 
 Avalanche's own ``_lwf_penalty`` calls ``model(x, None)``, which our multi-head network does not
@@ -50,9 +53,9 @@ def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> list
 class ActiveTaskLwF(LearningWithoutForgetting):
     """Avalanche's LwF regulariser over the tasks of ``prev_classes_by_task`` only.
 
-    Penalty: ``alpha · Σ_τ KL(softmax(z_prev,τ / T) ‖ softmax(z_τ / T))`` (batch mean) over the
-    distilled tasks τ, on the current inputs, where z_prev comes from the model saved after the
-    last learning request.
+    Penalty: ``alpha · (1/|Ω|) Σ_τ KL(softmax(z_prev,τ / T) ‖ softmax(z_τ / T))`` (batch mean),
+    the mean over the distilled tasks τ ∈ Ω, on the current inputs, where z_prev comes from the
+    model saved after the last learning request (or unlearning request, for LSF).
 
     :param alpha: weight of the distillation term.
     :param temperature: softmax temperature T.
@@ -66,7 +69,7 @@ class ActiveTaskLwF(LearningWithoutForgetting):
             previous = task_logits(self.prev_model, x, tasks)
         current = task_logits(curr_model, x, tasks)
         return sum(self._distillation_loss(c, p, self.prev_classes_by_task[t])
-                   for t, c, p in zip(tasks, current, previous, strict=True))
+                   for t, c, p in zip(tasks, current, previous, strict=True)) / len(tasks)
 
     def post_adapt(self, agent, exp) -> None:
         """Avalanche's update (copy the model, add the experience's classes), then freeze the
@@ -124,7 +127,9 @@ class HeadWarmupTemplate(UnlearningTemplate):
     """A learning request in two phases (LwF, LSF; paper appendix): the first
     ``train_epochs // 2`` epochs train only the new task's head rows (every other parameter and
     head row frozen, weight decay on those rows only), the remaining epochs train every
-    parameter with a fresh optimizer. ``head_only`` tells plugins which phase runs.
+    parameter with a fresh optimizer. ``head_only`` tells plugins which phase runs. A request
+    with no earlier active task skips the warm-up (:attr:`warmup_epochs` is 0): all its epochs
+    train every parameter.
 
     Takes every keyword argument of :class:`UnlearningTemplate`; ``model`` must be a
     :class:`TaskIncrementalNet`.
@@ -143,8 +148,9 @@ class HeadWarmupTemplate(UnlearningTemplate):
 
     @property
     def warmup_epochs(self) -> int:
-        """Epochs of the head-only phase of each learning request."""
-        return self.train_epochs // 2
+        """Epochs of the head-only phase of the current learning request: half of them when
+        an earlier task is active, none otherwise."""
+        return self.train_epochs // 2 if self.active_tasks else 0
 
     def make_optimizer(self, **kwargs) -> None:
         if self.warmup_epochs == 0:

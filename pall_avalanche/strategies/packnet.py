@@ -1,7 +1,7 @@
 """PackNet (Mallya & Lazebnik, CVPR 2018), with mask deletion as unlearning.
 
 Built on :class:`~pall_avalanche.masks.SubnetworkNet` masks (Avalanche's PackNet cannot
-remove a task, avalanche-notes §2). A learning request of task t, with E epochs:
+remove a task: its masks are nested per weight). A learning request of task t, with E epochs:
 
 1. ``E - E // 2`` epochs of dense training: the forward pass uses every weight, the entries of
    the active tasks' masks are frozen (forward transfer), every other entry is free and
@@ -10,44 +10,57 @@ remove a task, avalanche-notes §2). A learning request of task t, with E epochs
    ``round(n_free / (T - j))`` of largest |w| are kept (exactly that many, ties broken
    arbitrarily), where j is the number of learning requests before this one: without
    unlearning every task gets about 1/T of each tensor and the last task keeps all that is
-   left; entries freed by unlearning go back to the pool. The other free entries are set to
-   zero and left free for later tasks. The task's mask is m_t = kept ∪ M ∪ t's head rows,
-   with M the OR of the active tasks' masks (backbone entries): t uses every weight of the
-   earlier tasks still stored, so their entries stay frozen while t is active.
+   left; entries freed by unlearning go back to the pool. A fused Q/K/V projection is pruned
+   per slice: each of its W_Q, W_K, W_V row blocks keeps ``round(n_free_slice / (T - j))`` of
+   its own free entries, as the paper's reference masks W_Q, W_K and W_V as separate layers
+   (:attr:`SubnetworkNet.slices <pall_avalanche.masks.SubnetworkNet.slices>`,
+   docs/fidelity.md). The other free entries are set to zero and left free for later tasks.
+   The task's mask is m_t = kept ∪ M ∪ t's head rows, with M the OR of the active tasks'
+   masks (backbone entries): t uses every weight of the earlier tasks still stored, so their
+   entries stay frozen while t is active.
 3. ``E // 2`` epochs of fine-tuning the kept entries only, through m_t, with a fresh
    optimizer. With E = 1 the task is pruned after its single epoch, without fine-tuning.
 
 The head rows of t are t's own and never pruned (like PALL's hard-wired head). BatchNorm
 needs nothing: the project's ResNets have BN without affine parameters or running
 statistics, so no BN state is shared across tasks. Unlearning deletes m_t only; every weight
-stays (inexact, F_u = 0; protocol §6). Model size: 1 bit per maskable entry per stored mask,
-as for PALL and WSN (the nested masks of the active tasks could be packed into one task
-index per entry; the paper counts T binary masks).
+stays (inexact, F_u = 0; docs/fidelity.md, "Baselines"). Model size: 1 bit per maskable
+entry per stored mask, as for PALL and WSN (the nested masks of the active tasks could be
+packed into one task index per entry; the paper counts T binary masks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
-from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet
+from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, by_slice, slice_counts
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 
 __all__ = ["PackNet", "magnitude_keep_mask"]
 
 
-def magnitude_keep_mask(weight: torch.Tensor, free: torch.Tensor, keep: int) -> torch.Tensor:
+def magnitude_keep_mask(weight: torch.Tensor, free: torch.Tensor,
+                        keep: int | Sequence[int], slices: int = 1) -> torch.Tensor:
     """Bool mask of exactly ``keep`` entries of ``free`` with the largest |weight|.
 
     :param weight: the tensor to prune.
     :param free: bool mask of the entries that may be kept.
-    :param keep: how many to keep (at most ``free.sum()``).
+    :param keep: how many to keep (at most ``free.sum()``); with ``slices > 1`` one count per
+        slice (:func:`~pall_avalanche.masks.by_slice`), each slice pruned on its own.
+    :param slices: selection slices of the tensor (3 for a fused Q/K/V projection).
     """
-    mask = torch.zeros(weight.numel(), dtype=torch.bool, device=weight.device)
-    if keep > 0:
-        magnitude = torch.where(free, weight.detach().abs(), -1.0).reshape(-1)
-        mask[torch.topk(magnitude, keep, sorted=False).indices] = True
-    return mask.view_as(free)
+    counts = slice_counts(keep, slices)
+
+    def select(i: int, w: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(w.numel(), dtype=torch.bool, device=w.device)
+        if counts[i] > 0:
+            magnitude = torch.where(allowed, w.detach().abs(), -1.0).reshape(-1)
+            mask[torch.topk(magnitude, counts[i], sorted=False).indices] = True
+        return mask.view_as(allowed)
+    return by_slice(slices, select, weight, free)
 
 
 class PackNet(SubnetworkStrategy):
@@ -103,9 +116,11 @@ class PackNet(SubnetworkStrategy):
         fraction = self.keep_fraction()
         own, mask = {}, {}
         for name in net.scored_names():
-            weight = net.weight(name)
+            weight, slices = net.weight(name), net.slices[name]
             free = ~earlier[name]
-            own[name] = magnitude_keep_mask(weight, free, round(fraction * int(free.sum())))
+            keep = [round(fraction * int(n_free))
+                    for n_free in free.reshape(slices, -1).sum(1).tolist()]
+            own[name] = magnitude_keep_mask(weight, free, keep, slices)
             weight.masked_fill_(free & ~own[name], 0.0)
             mask[name] = own[name] | earlier[name]
         own[HEAD] = mask[HEAD] = net.head_mask(task)

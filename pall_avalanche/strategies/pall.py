@@ -5,7 +5,8 @@ weights that are free or frozen from earlier tasks (forward transfer); its own e
 then frozen (no forgetting). Unlearning task t re-draws every entry trained with D^t or B^t
 (m̄_t) from the initialisation distribution and retrains, from the remaining tasks' DER++
 buffers, only the re-drawn entries still used by a remaining task (θ̄), for N_f iterations.
-Every **Decision** of protocol §5 is followed; see the README, "How PALL is implemented".
+Every choice where the paper is silent or its reference differs is listed in docs/fidelity.md,
+"PALL"; see also the README, "How PALL is implemented".
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ class PALL(SubnetworkStrategy):
     :param beta: β, weight of the DER++ logit (MSE) term in retraining (0.5; 0 = plain ER).
     :param buffer_size: total episodic memory, split a priori over the model's T tasks (500).
     :param buffer_selection: how the buffer's samples are chosen (``random``, the paper's
-        default; see :data:`~pall_avalanche.plugins.SELECTIONS`, Table A4).
-    :param strict_cascade: strict option closing a channel of protocol §5.4 (default False,
-        the paper's PALL): unlearning t also re-draws, and retrains from the remaining
-        buffers, the own entries of every remaining task learned after t (entries trained
-        while t's weights were in the forward pass; :meth:`cascade_set`). With ``beta=0`` no
-        logits are computed or stored (the stored-logit channel closes too).
+        default; see :data:`~pall_avalanche.plugins.SELECTIONS`, Table A3).
+    :param strict_cascade: strict option closing a channel of docs/fidelity.md, "Where exact
+        unlearning is weaker" (default False, the paper's PALL): unlearning t also re-draws,
+        and retrains from the remaining buffers, the own entries of every remaining task
+        learned after t (entries trained while t's weights were in the forward pass;
+        :meth:`cascade_set`). With ``beta=0`` no logits are computed or stored (the
+        stored-logit channel closes too).
     """
 
     checkpoint_attributes = ("learning_order", "unlearning_stats", "ledger.events")
@@ -115,7 +117,7 @@ class PALL(SubnetworkStrategy):
         self._record_stats(before, forget, retrain)
 
     def _dense_size(self) -> int:
-        """d of Table A3: the network's parameters with one set of per-task tokens (the
+        """d of Table A2: the network's parameters with one set of per-task tokens (the
         dense model the paper counts)."""
         net: SubnetworkNet = self.model
         extra = sum(p.numel() for t in range(1, net.net.n_tasks)
@@ -125,7 +127,7 @@ class PALL(SubnetworkStrategy):
     @torch.no_grad()
     def _record_stats(self, before: dict[str, torch.Tensor], forget: MaskSet,
                       retrain: MaskSet) -> None:
-        """|m̄_t|, |θ̄|/d and the mean |θ̄ after retraining − θ̄ before unlearning| (Table A3)."""
+        """|m̄_t|, |θ̄|/d and the mean |θ̄ after retraining − θ̄ before unlearning| (Table A2)."""
         net: SubnetworkNet = self.model
         n_retrained = retrain.count()
         change = sum(float((w - before[n])[m].abs().sum())

@@ -1,4 +1,4 @@
-"""The replay baselines: ER, DER++, GEM and ER (Retraining) (protocol §6).
+"""The replay baselines: ER, DER++, GEM and ER (Retraining) (docs/fidelity.md, "Baselines").
 
 All four keep a class-balanced episodic memory B^t of ``buffer_size // T`` samples per task
 (:class:`~pall_avalanche.plugins.RehearsalPlugin`, the buffer PALL uses) and share its one
@@ -12,8 +12,9 @@ replay loop (:meth:`~pall_avalanche.plugins.RehearsalPlugin.replay_steps`):
 - **GEM** projects every learning gradient with Avalanche's ``GEMPlugin`` (quadprog), its
   memories keyed by task and taken from the same buffers, so tasks can be removed.
 - Unlearning t (ER, DER++, GEM; approximate): N_f steps of replay on the remaining buffers
-  plus CE of B^t's samples, through t's head, towards the uniform distribution over t's
-  classes; then B^t (and GEM's memory of t) is deleted.
+  (batch_size // |Ω| samples of each) plus CE of a whole mini-batch (batch_size samples) of
+  B^t, through t's head, towards the uniform distribution over t's classes, every mini-batch
+  drawn class-stratified; then B^t (and GEM's memory of t) is deleted.
 - **ER (Retraining)** learns like ER; unlearning t deletes B^t, re-draws every parameter
   and retrains from scratch on the remaining buffers (exact).
 """
@@ -136,7 +137,9 @@ class ReplayTemplate(UnlearningTemplate):
 
     Unlearning t runs ``n_retrain_iters`` replay steps (fresh optimizer of the learning type,
     every parameter trained) on the remaining tasks' buffers plus CE of B^t towards uniform
-    predictions over t's classes, then deletes B^t. Subclasses choose what learning adds.
+    predictions over t's classes (:meth:`RehearsalPlugin.replay_steps` with ``forget=t``:
+    class-stratified mini-batches, a whole one from B^t), then deletes B^t. Subclasses choose
+    what learning adds.
 
     :param model: a task-incremental model with ``n_tasks`` and ``classes_per_task``
         (:class:`~pall_avalanche.models.TaskIncrementalNet`).

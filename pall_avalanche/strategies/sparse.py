@@ -7,15 +7,20 @@ exact unlearning with F_u = 0, without buffer or retraining.
 
 Shares. Every scored tensor of n entries is split into T near-equal disjoint shares:
 share j has ``n // T + (j < n % T)`` entries (connectivity ≈ 1/T; the shares add up to n).
-The head rows of a task are its own, as in every subnetwork method.
+A fused Q/K/V projection is masked per slice (:attr:`SubnetworkNet.slices
+<pall_avalanche.masks.SubnetworkNet.slices>`): each of its W_Q, W_K, W_V row blocks counts as
+its own layer of n_s = n / 3 entries, split into T shares of its own, as the paper's reference
+masks W_Q, W_K and W_V as separate layers (docs/fidelity.md). The head rows of a task are its
+own, as in every subnetwork method.
 
 - **Static**: at construction, a uniformly random partition of every tensor's entries into T
-  parts; task t owns part t (share t). Task t trains only its part (everything else frozen,
-  no weight decay outside it) and runs on it.
+  parts (of every slice's entries, for a fused Q/K/V projection); task t owns part t (share
+  t). Task t trains only its part (everything else frozen, no weight decay outside it) and
+  runs on it.
 - **Dynamic**: task t selects, with scores (straight-through estimator, as in PALL), exactly
-  ``share_j`` entries of every scored tensor among the entries no active task owns (its j-th
-  learning request, j counted over all learning requests: the shares of the active tasks
-  then never exceed n - share_j, so there is always room). After learning, every entry
+  ``share_j`` entries of every scored tensor (of every slice) among the entries no active task
+  owns (its j-th learning request, j counted over all learning requests: the shares of the
+  active tasks then never exceed n - share_j, so there is always room). After learning, every entry
   outside the active tasks' masks is re-drawn (as in PALL), so D^t leaves nothing outside
   m_t. The learning task's entries are disjoint from every active task's by construction;
   which entries were available did depend on the earlier tasks' masks (a dependence on
@@ -52,11 +57,16 @@ class IndependentSubnetworks(SubnetworkStrategy):
     :param optimizer: its class and hyper-parameters are used for every request.
     """
 
-    def shares(self, j: int) -> dict[str, int]:
-        """Entries per scored tensor of share ``j``."""
+    def shares(self, j: int) -> dict[str, list[int]]:
+        """Entries of share ``j`` per slice of every scored tensor (one slice but for a fused
+        Q/K/V projection's three): ``share_sizes(n_slice, T)[j]`` each."""
         net: SubnetworkNet = self.model
-        return {name: share_sizes(net.shapes[name].numel(), net.net.n_tasks)[j]
-                for name in net.scored_names()}
+        out = {}
+        for name in net.scored_names():
+            slices = net.slices[name]
+            size = share_sizes(net.shapes[name].numel() // slices, net.net.n_tasks)[j]
+            out[name] = [size] * slices
+        return out
 
     def _unlearn(self, task: int) -> None:
         net: SubnetworkNet = self.model
@@ -83,11 +93,12 @@ class StaticSparse(IndependentSubnetworks):
         #: scored tensor name → the task owning each entry (int16, CPU).
         self.owner: dict[str, torch.Tensor] = {}
         for name in net.scored_names():
-            shape = net.shapes[name]
+            shape, slices = net.shapes[name], net.slices[name]
+            n = shape.numel() // slices                 # entries per slice
             owners = torch.repeat_interleave(
-                torch.arange(n_tasks, dtype=torch.int16),
-                torch.tensor(share_sizes(shape.numel(), n_tasks)))
-            self.owner[name] = owners[torch.randperm(shape.numel())].view(shape)
+                torch.arange(n_tasks, dtype=torch.int16), torch.tensor(share_sizes(n, n_tasks)))
+            self.owner[name] = torch.cat([owners[torch.randperm(n)] for _ in range(slices)]
+                                         ).view(shape)
         super().__init__(model=net, optimizer=optimizer, plugins=plugins, **kwargs)
 
     def part(self, task: int) -> MaskSet:

@@ -4,8 +4,8 @@ PALL, WSN, PackNet and the two sparse ablations all wrap the model in a
 :class:`~pall_avalanche.masks.SubnetworkNet` (task t runs with ``w ⊙ m_t``), freeze entries with
 a :class:`~pall_avalanche.plugins.MaskFreezingPlugin` while a task trains, give every task its
 own token parameters where the backbone has them (ViT's CLS token and positional embedding,
-protocol §4) and count one bit per maskable entry per stored mask in the model size. They
-differ only in how a task's mask is chosen (:meth:`SubnetworkStrategy.start_task`), which
+docs/fidelity.md, "Models") and count one bit per maskable entry per stored mask in the model
+size. They differ only in how a task's mask is chosen (:meth:`SubnetworkStrategy.start_task`), which
 entries it may train (:meth:`SubnetworkStrategy.frozen_entries`) and how it is unlearned.
 """
 
@@ -118,7 +118,11 @@ class SubnetworkStrategy(UnlearningTemplate):
         self.model.remove_mask(task)
 
     # --------------------------------------------------------------- model size
-    def inference_size(self) -> tuple[int, int]:
-        """(float parameters of the network, 1 bit per maskable entry per stored mask)."""
+    def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:
+        """(float parameters of the network, 1 bit per maskable entry per stored mask).
+
+        :param n_tasks: the size with that many stored masks (default: the stored ones now).
+        """
         net: SubnetworkNet = self.model
-        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * len(net.masks)
+        masks = len(net.masks) if n_tasks is None else n_tasks
+        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * masks

@@ -2,8 +2,11 @@
 
 Learning is PALL's (scores → per-layer top-k at connectivity α, straight-through estimator,
 earlier tasks' entries frozen but usable, i.e. forward transfer), without re-drawing the
-unused entries, without buffer and without retraining. Unlearning deletes the task's mask
-only: its weights stay in the network (inexact, F_u = 0; protocol §6).
+unused entries, without buffer and without retraining. As in the original WSN, **one score
+tensor is carried across tasks**: the first learning request draws the scores, every later one
+starts from the scores the previous request ended with (re-drawing scores per task is one of
+PALL's own changes; docs/fidelity.md, "WSN"). Unlearning deletes the task's mask only: its
+weights and the carried scores stay (inexact, F_u = 0).
 """
 
 from __future__ import annotations
@@ -28,8 +31,25 @@ class WSN(SubnetworkStrategy):
     :param plugins: further plugins, run after the method's own.
     """
 
+    checkpoint_attributes = ("carried_scores",)
+
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, alpha: float,
                  plugins=None, **kwargs) -> None:
         self.storing = WeightResettingPlugin(redraw_unused=False)
+        #: The scores the last learning request ended with (empty before the first).
+        self.carried_scores: list[torch.Tensor] = []
         super().__init__(model=model, optimizer=optimizer, alpha=alpha,
                          plugins=[self.storing, *(plugins or [])], **kwargs)
+
+    @torch.no_grad()
+    def start_task(self, task: int) -> None:
+        """Scores for ``task``: a fresh draw for the first request, the carried scores after."""
+        super().start_task(task)
+        if self.carried_scores:
+            for score, carried in zip(self.model.scores, self.carried_scores, strict=True):
+                score.copy_(carried)
+
+    def _after_training_exp(self, **kwargs) -> None:
+        # before the plugins run: the resetting plugin discards the scores
+        self.carried_scores[:] = [s.detach().clone() for s in self.model.scores]
+        super()._after_training_exp(**kwargs)

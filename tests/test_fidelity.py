@@ -1,0 +1,267 @@
+"""The baselines' estimators against independent computations, one test per row of
+docs/fidelity.md: EWC's per-sample Fisher, LwF's mean distillation and skipped first warm-up,
+LSF's concatenated data term, WSN's carried scores, and the replay baselines' unlearning
+mini-batches. Real training on digits throughout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from avalanche.models import MultiTaskModule
+from helpers import make_strategy, seq, snapshot
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.nn import functional as F
+
+from pall_avalanche.plugins import class_stratified_indices
+from pall_avalanche.strategies import UnlearningPlugin
+from pall_avalanche.streams import RequestStream
+
+
+# ------------------------------------------------------------------------- EWC
+def vmap_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int) -> dict:
+    """(1/N) Σ p(y|x) (∇ log p(y|x))², per-sample gradients by torch.func (vmap over
+    samples), a computation independent of the strategy's loop."""
+    params = {n: p.detach() for n, p in model.named_parameters()}
+
+    def log_p_true(p, xi, yi):
+        logits = functional_call(model, p, (xi[None], task))
+        return F.log_softmax(logits, dim=1)[0].gather(0, yi[None])[0]
+
+    grads = vmap(grad(log_p_true), in_dims=(None, 0, 0))(params, x, y)
+    weight = vmap(log_p_true, in_dims=(None, 0, 0))(params, x, y).exp()
+    return {n: (weight.view(-1, *[1] * (g.dim() - 1)) * g ** 2).mean(0)
+            for n, g in grads.items()}
+
+
+@pytest.mark.parametrize("method", ["ewc", "lsf"])
+def test_ewc_fisher_is_the_per_sample_estimator(method):
+    strategy, bm, _ = make_strategy(method)
+    stream = RequestStream(bm, seq("L0 L1"))
+    for exp in stream:
+        strategy.train(exp)                       # the second Fisher is taken mid-sequence
+        task = exp.task_label
+        data = exp.dataset
+        x = torch.stack([data[i][0] for i in range(len(data))])
+        y = torch.as_tensor(list(data.targets))
+        expected = vmap_fisher(strategy.model, x, y, task)
+        stored = strategy.ewc.importances[strategy.ewc.counter_of[task]]
+        assert stored.keys() == expected.keys()
+        for name, value in expected.items():
+            assert torch.allclose(stored[name].data, value, rtol=1e-5, atol=1e-12), name
+        # the other tasks' head rows get nothing: the sample's own head only
+        rows = torch.zeros(len(stored["head.weight"].data), dtype=torch.bool)
+        rows[strategy.model.head_rows(task)] = True
+        assert torch.count_nonzero(stored["head.weight"].data[~rows]) == 0
+
+
+def test_ewc_fisher_by_hand_on_a_linear_head():
+    # features = x; head W = 0 so p = (1/2, 1/2); per sample F = p(y) (∂ log p(y)/∂W)²
+    from torch.utils.data import TensorDataset
+
+    from pall_avalanche.models import TaskIncrementalNet
+    from pall_avalanche.strategies.ewc import fisher_diagonal
+
+    net = TaskIncrementalNet(nn.Flatten(), 2, n_tasks=1, classes_per_task=2)
+    with torch.no_grad():
+        net.head.weight.zero_()
+    data = TensorDataset(torch.tensor([[1.0, 2.0], [2.0, 0.0]]), torch.tensor([0, 1]),
+                         torch.tensor([0, 0]))
+    # sample 1 (y=0): rows ±(1/2)(1, 2) → squares (1/4, 1), × 1/2 → (1/8, 1/2)
+    # sample 2 (y=1): rows ∓(1/2)(2, 0) → squares (1, 0), × 1/2 → (1/2, 0); mean of the two
+    fisher = fisher_diagonal(net, data)["head.weight"].data
+    assert torch.equal(fisher, torch.tensor([[0.3125, 0.25], [0.3125, 0.25]]))
+
+
+# ------------------------------------------------------------------------- LwF
+class EpochSnapshots(UnlearningPlugin):
+    """The model at the start of each learning request and after each of its epochs."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests: list[tuple[dict, list[dict]]] = []
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.requests.append((snapshot(strategy.model), []))
+
+    def after_training_epoch(self, strategy, **kwargs):
+        self.requests[-1][1].append(snapshot(strategy.model))
+
+
+@pytest.mark.parametrize("method", ["lwf", "lsf"])
+def test_a_request_with_no_earlier_active_task_skips_the_warmup(method):
+    strategy, bm, _ = make_strategy(method, epochs=4)
+    recorder = EpochSnapshots()
+    strategy.plugins.append(recorder)
+    for exp in RequestStream(bm, seq("L0 L1 U0 U1 L2")):
+        strategy.train(exp)
+    backbone = [n for n in recorder.requests[0][0] if n != "head.weight"]
+    # L0 (nothing active) and L2 (Ω emptied by U0 U1): every epoch moves the backbone
+    for request in (0, 2):
+        start, epochs = recorder.requests[request]
+        assert len(epochs) == 4
+        for before, after in zip([start, *epochs[:-1]], epochs, strict=True):
+            assert all(not torch.equal(before[n], after[n]) for n in backbone), request
+    # L1 (task 0 active): the first two epochs are the head-only warm-up
+    start, epochs = recorder.requests[1]
+    assert all(torch.equal(epochs[1][n], start[n]) for n in backbone)
+    assert all(not torch.equal(epochs[2][n], epochs[1][n]) for n in backbone)
+
+
+def test_lwf_distillation_is_the_mean_over_three_active_tasks():
+    strategy, bm, _ = make_strategy("lwf")
+    for exp in RequestStream(bm, seq("L0 L1 L2 L3")):
+        strategy.train(exp)
+    lwf = strategy.lwf.lwf
+    assert sorted(lwf.prev_classes_by_task) == [0, 1, 2, 3]
+    strategy.lwf.forget(1)                                    # three tasks left
+    data = bm.train_stream[4].dataset.eval()
+    x = torch.stack([data[i][0] for i in range(16)])
+    torch.manual_seed(1)
+    student = make_strategy("lwf", seed=1)[0].model          # another network
+    terms = []
+    with torch.no_grad():
+        for task in (0, 2, 3):
+            p = F.softmax(lwf.prev_model(x, task) / 2.0, dim=1)
+            log_q = F.log_softmax(student(x, task) / 2.0, dim=1)
+            terms.append(float((torch.xlogy(p, p) - p * log_q).sum(1).mean()))
+        value = float(lwf(x, None, student))
+    assert value == pytest.approx(sum(terms) / 3, rel=1e-5)
+    assert abs(value - sum(terms)) > 1e-3                     # not the sum
+
+
+# ------------------------------------------------------------------------- LSF
+class LossProbe(UnlearningPlugin):
+    """Saves the RNG state after each forward pass and the loss the plugins see first."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = []
+        self._rng = None
+
+    def after_forward(self, strategy, **kwargs):
+        self._rng = torch.get_rng_state()
+
+    def before_backward(self, strategy, **kwargs):
+        self.seen.append((strategy.mb_x.clone(), strategy.mb_y.clone(), self._rng,
+                          float(strategy.loss.detach())))
+
+
+def test_lsf_data_term_is_one_mean_over_clean_and_mixed():
+    strategy, bm, _ = make_strategy("lsf", epochs=1)
+    probe = LossProbe()
+    strategy.plugins.append(probe)
+    before = snapshot(strategy.model)
+    exp = bm.train_stream[0]                 # first request: no EWC, LwF or old-code term
+    # replay the first iteration by hand from the model before training
+    model = make_strategy("lsf", epochs=1)[0].model
+    model.load_state_dict(before)
+    strategy.train(exp)
+    x, y, rng, loss = probe.seen[0]
+    code = strategy.codes[0]
+    state = torch.get_rng_state()
+    torch.set_rng_state(rng)
+    lam = torch.rand(len(x), 1, 1, 1)
+    torch.set_rng_state(state)
+    mixed = lam * x + (1 - lam) * code[y]
+    with torch.no_grad():
+        expected = F.cross_entropy(torch.cat([model(x, 0), model(mixed, 0)]), torch.cat([y, y]))
+        summed = F.cross_entropy(model(x, 0), y) + F.cross_entropy(model(mixed, 0), y)
+    assert loss == pytest.approx(float(expected), rel=1e-5)
+    assert abs(loss - float(summed)) > 0.1
+
+
+# ------------------------------------------------------------------------- WSN
+class ScoreProbe(UnlearningPlugin):
+    """The scores at the start of each learning request and at the end of its last epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.start: list[list[torch.Tensor]] = []
+        self.end: list[list[torch.Tensor]] = []
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.start.append([s.detach().clone() for s in strategy.model.scores])
+        self.end.append([])
+
+    def after_training_epoch(self, strategy, **kwargs):
+        self.end[-1] = [s.detach().clone() for s in strategy.model.scores]
+
+
+@pytest.mark.parametrize("method, carried", [("wsn", True), ("pall", False)])
+def test_wsn_carries_its_scores_across_tasks_and_pall_redraws_them(method, carried):
+    strategy, bm, _ = make_strategy(method)
+    probe = ScoreProbe()
+    strategy.plugins.append(probe)
+    for exp in RequestStream(bm, seq("L0 L1 U0 L2")):
+        strategy.train(exp)
+    assert len(probe.start) == len(probe.end) == 3
+    for request in (1, 2):                    # the second request, and one after unlearning
+        same = [torch.equal(a, b) for a, b in zip(probe.start[request], probe.end[request - 1],
+                                                  strict=True)]
+        assert all(same) if carried else not any(same)
+    # the scores move while a task trains (they are optimised, not fixed)
+    assert not torch.equal(probe.start[1][0], probe.end[1][0])
+
+
+# --------------------------------------------------------------- ER, DER++, GEM
+class Recorder(MultiTaskModule):
+    """Passes every call to the network and records (inputs, task) of the calls in training
+    mode (the unlearning steps; evaluation runs in eval mode)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.calls: list[tuple[torch.Tensor, int]] = []
+
+    def forward(self, x, task_labels):
+        if self.training:
+            self.calls.append((x.detach().clone(), int(task_labels)))
+        return self.net(x, task_labels)
+
+
+def buffer_rows(buffer_x: torch.Tensor, x: torch.Tensor) -> list[int]:
+    return [int((buffer_x == row).flatten(1).all(1).nonzero()[0]) for row in x]
+
+
+@pytest.mark.parametrize("method", ["er", "derpp", "gem"])
+def test_replay_unlearning_minibatches(method):
+    # 250 // 5 = 50 samples per buffer (25 per class) > batch 32
+    strategy, bm, _ = make_strategy(method, buffer_size=250, n_retrain_iters=3, epochs=1)
+    stream = RequestStream(bm, seq("L0 L1 L2 U1"))
+    for exp in stream[:3]:
+        strategy.train(exp)
+    buffers = {t: (x.clone(), y.clone()) for t, (x, y, _) in strategy.rehearsal.buffers.items()}
+    recorder = Recorder(strategy.model)
+    strategy.model = recorder
+    strategy.train(stream[3])
+    draws = 2 if method == "derpp" else 1                  # DER++: CE and MSE mini-batches
+    per_step = 1 + 2 * draws                               # B^1, then B^0 and B^2
+    assert len(recorder.calls) == 3 * per_step
+    for step in range(3):
+        calls = recorder.calls[step * per_step:(step + 1) * per_step]
+        tasks = [task for _, task in calls]
+        assert tasks == [0] * draws + [2] * draws + [1]    # remaining tasks, then forget
+        for x, task in calls:
+            rows = buffer_rows(buffers[task][0], x)
+            assert len(set(rows)) == len(rows)              # without replacement
+            counts = torch.bincount(buffers[task][1][rows], minlength=2).tolist()
+            size = 32 if task == 1 else 32 // 2            # a full batch for B^t
+            assert counts == [size // 2, size // 2], (task, counts)
+    assert sorted(strategy.rehearsal.buffers) == [0, 2]
+
+
+def test_class_stratified_indices_spread_draws_over_classes():
+    torch.manual_seed(0)
+    labels = torch.tensor([0] * 6 + [1] * 6 + [2] * 3)
+    # n // 3 from each class, the rest from random classes; class 2 runs out at 3
+    for n, expected in [(7, [[3, 2, 2], [2, 3, 2], [2, 2, 3]]), (11, [[4, 4, 3]]),
+                        (10, [[4, 3, 3], [3, 4, 3]]), (20, [[6, 6, 3]])]:
+        seen = set()
+        for _ in range(30):
+            index = class_stratified_indices(labels, n)
+            assert len(index) == min(n, len(labels)) == len(set(index.tolist()))
+            counts = torch.bincount(labels[index], minlength=3).tolist()
+            assert counts in expected, (n, counts)
+            seen.add(tuple(counts))
+        assert len(seen) == len(expected)                 # the extra samples' class varies
