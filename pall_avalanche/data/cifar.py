@@ -7,6 +7,9 @@ The folders are the ones extracted from the official archives:
 
 Each pickle is a dict with bytes keys; ``b"data"`` is a uint8 ``(N, 3072)`` array holding the
 red, green and blue 32x32 planes in row-major order, so it reshapes to ``(N, 3, 32, 32)``.
+Files under the data root are read without executing code: the pickles go through the
+restricted unpickler of :mod:`pall_avalanche.data.safe_pickle`, which admits only dicts, lists,
+strings, bytes, numbers and numeric numpy arrays.
 This module also defines :class:`ImageArrays`, the in-memory form shared by the image loaders,
 and the download-or-explain helper they use when a dataset folder is missing.
 """
@@ -21,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 from torchvision.datasets.utils import download_and_extract_archive
+
+from pall_avalanche.data import safe_pickle
 
 __all__ = ["ImageArrays", "load_cifar"]
 
@@ -108,19 +113,28 @@ def _ensure_extracted(root: Path, folder: str, url: str, md5: str, download: boo
     )
 
 
+_CIFAR_CONTENT = ("CIFAR files hold only dicts, lists, strings, bytes, numbers and numeric numpy "
+                  "arrays")
+
+
 def _read_pickle(path: Path) -> dict[bytes, Any]:
-    """Load one CIFAR pickle (a dict with bytes keys).
+    """Load one CIFAR pickle (a dict with bytes keys) without executing code from the file.
 
     :param path: pickle file.
     :raises FileNotFoundError: the file is missing.
-    :raises ValueError: the file is not a pickled dict.
+    :raises ValueError: the file is not a pickled dict, or refers to anything but plain data and
+        numeric numpy arrays (a code-running payload included; nothing of it is run).
     """
     if not path.is_file():
         raise FileNotFoundError(f"CIFAR file {path} is missing")
     with path.open("rb") as f:
         try:
-            obj = pickle.load(f, encoding="bytes")
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as err:
+            obj = safe_pickle.load(f, encoding="bytes")
+        except safe_pickle.RefusedPickleError as err:
+            raise ValueError(f"{path}: {err} ({_CIFAR_CONTENT})") from err
+        # A malformed stream can fail in any of these; none of them runs code from the file.
+        except (pickle.UnpicklingError, EOFError, AttributeError, IndexError, KeyError, TypeError,
+                ValueError, OverflowError, MemoryError) as err:
             raise ValueError(f"{path}: not a valid CIFAR pickle ({err})") from err
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a pickled dict, got {type(obj).__name__}")

@@ -11,6 +11,9 @@ Expected layout under ``<root>/tiny-imagenet-200``:
 The official val split is returned as the test split. Decoding the 110k JPEGs is slow, so the
 decoded arrays are cached, uncompressed (about 1.4 GB), in ``tiny-imagenet-200/pall_cache.npz``;
 the cache is reused while it is newer than ``wnids.txt`` and ``val/val_annotations.txt``.
+Files under the data root are read without executing code: the cache is read with
+``allow_pickle=False`` (a cache holding pickled objects is ignored and rebuilt), the rest is
+plain text and JPEG.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def _decode(entries: Sequence[tuple[Path, int]]) -> tuple[np.ndarray, np.ndarray
 
 
 def _load_cache(path: Path, newer_than_ns: int) -> dict[str, np.ndarray] | None:
-    """The cached arrays, or ``None`` if the cache is absent, stale or unreadable.
+    """The cached arrays, or ``None`` if the cache is absent, stale or unreadable; read with
+    ``allow_pickle=False``, so without executing code (a pickled object array is unreadable).
 
     :param path: cache file.
     :param newer_than_ns: the cache is stale unless its mtime (ns) is greater than this.
