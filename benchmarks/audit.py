@@ -28,6 +28,7 @@ from pall_avalanche.audit import (
     run_audit,
 )
 from pall_avalanche.cli import (
+    Parser,
     add_run_arguments,
     config_from_args,
     main_guard,
@@ -74,8 +75,8 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="audit.py", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, default_out="results/audit")
     parser.set_defaults(methods=AUDIT_METHODS)
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pall_avalanche.cli import add_run_arguments, main_guard
+from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
 from pall_avalanche.experiments import GridPoint, run_grid, start_script
 from pall_avalanche.report import provenance, table1_cells, table1_frame, write_report
@@ -31,9 +31,9 @@ ALPHA_KEYS = {"alpha", "methods.pall.alpha"}
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="table1.py", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="table1.py", description=__doc__.split("\n\n")[0],
+                    epilog=__doc__.split("\n\n", 1)[1],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, default_out="results/table1")
     run = start_script(parser, argv, script="benchmarks/table1.py")
     config = run.config

@@ -11,7 +11,10 @@ Subclasses extend their parents' lists: the attributes of every class in the MRO
 
 A checkpoint file (:func:`save_checkpoint`) loads with ``torch.load(..., weights_only=True)``;
 :func:`capture_rng_state` / :func:`restore_rng_state` cover Python, NumPy, torch CPU and CUDA.
-Tensors keep their device: resume on the device the run started on.
+Tensors keep their device: resume on the device the run started on. A checkpoint file that
+cannot be loaded (random bytes, truncated, empty, refused by ``weights_only``, another
+format) raises :class:`~pall_avalanche.records.CorruptFileError` naming the file, so that the
+runner can set it aside and start afresh (:mod:`pall_avalanche.runner`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from avalanche.training.utils import ParamData
 from torch import nn
 
 from pall_avalanche.masks import MaskSet
-from pall_avalanche.records import write_atomic
+from pall_avalanche.records import CorruptFileError, _one_line, write_atomic
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -221,8 +224,19 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint at ``path``, loaded with ``weights_only=True``.
 
     :param path: the checkpoint file.
+    :raises FileNotFoundError: there is no such file (nor other errors opening it).
+    :raises CorruptFileError: the file is there but holds no checkpoint of this format
+        (one-line message naming the file and the reason).
     """
-    state = torch.load(path, weights_only=True)
+    path = Path(path)
+    with path.open("rb") as f:  # OSError (missing, permissions) is not corruption
+        try:
+            state = torch.load(f, weights_only=True)
+        except Exception as err:  # whatever the bytes, they hold no checkpoint
+            raise CorruptFileError(path, f"unreadable checkpoint ({type(err).__name__}: "
+                                         f"{_one_line(err)})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a checkpoint of format {CHECKPOINT_FORMAT}")
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CorruptFileError(path, f"not a checkpoint of format {CHECKPOINT_FORMAT} "
+                                     f"(found {found!r})")
     return state

@@ -2,23 +2,37 @@
 
 Every script takes ``--benchmark`` / ``--config`` (a YAML file from ``benchmarks/configs``),
 ``--set KEY=VALUE`` overrides of any configuration key, dedicated flags for the keys that
-sweeps vary, and fails on bad input with one line naming the bad value.
+sweeps vary, and fails on bad input with one line naming the option, the bad value and what is
+valid (exit code 2), before anything is trained: unknown keys (with a close match), values of
+the wrong type or range (:mod:`pall_avalanche.config`), a device this machine lacks, a results
+or report folder that cannot be written. Reports go beside the records (``--out``) unless
+``--report-dir`` names another folder, so no run replaces a report it did not produce.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pall_avalanche.config import apply_overrides, load_config, parse_override
+from pall_avalanche.config import apply_overrides, check_setting, load_config, parse_override
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.strategies import ABLATION_METHODS, METHODS, TABLE1_METHODS
 from pall_avalanche.wandb_logging import WandbSettings, add_wandb_arguments
 
-__all__ = ["add_run_arguments", "config_from_args", "main_guard", "parse_methods", "run_options"]
+__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
+           "parse_methods", "run_options"]
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``prog: error: ...``, exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 # Dedicated flags → configuration keys (sweep agents pass these).
 FLAG_KEYS = {
@@ -43,7 +57,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
                              f"available methods: {', '.join(METHODS)} (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+",
+    parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
                         help="seeds to run (default: the configuration's 'seeds')")
     parser.add_argument("--n-unlearn", type=int, help="N_u, unlearning requests per sequence")
     parser.add_argument("--requests", type=Path,
@@ -69,9 +83,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
     parser.add_argument("--out", type=Path, default=Path(default_out),
                         help=f"folder of the per-run records (default {default_out}); "
                              "finished records are reused")
-    parser.add_argument("--report-dir", type=Path, default=Path("reports"),
-                        help="folder of the CSV/Markdown tables (default reports)")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--report-dir", type=Path,
+                        help="folder of the CSV/Markdown/LaTeX report (default: the --out "
+                             "folder, beside the records; the committed paper reports are "
+                             "written with --report-dir reports)")
+    parser.add_argument("--device", default="cpu",
+                        help="torch device: cpu, cuda, cuda:N, ... (default cpu)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
                         help="run the (method, seed) records in N parallel processes "
@@ -82,14 +99,53 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
     add_wandb_arguments(parser)
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid; give an integer >= 1")
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; give an integer >= {low}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def check_device(text: str) -> None:
+    """Refuse a ``--device`` that is not a torch device or that this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {text}: not a torch device; valid: cpu, cuda, cuda:N, mps, "
+                         "xpu") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {text}: CUDA is not available on this machine (torch "
+                             f"{torch.__version__} finds no GPU); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {text}: this machine has {torch.cuda.device_count()} "
+                             f"CUDA device(s), cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {text}: MPS is not available on this machine")
+
+
+def check_writable(folder: Path, option: str) -> None:
+    """Refuse ``folder`` unless it can be created and written (before anything is trained)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {folder}: cannot write there ({err.strerror or err})"
+                         ) from None
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -124,21 +180,38 @@ def parse_methods(text: str) -> list[str]:
 
 def config_from_args(args: argparse.Namespace, config_dir: Path
                      ) -> tuple[dict[str, Any], list[int], RequestSequence | None]:
-    """The configuration (file + flags + ``--set``), the seeds and any replayed requests."""
+    """The configuration (file + flags + ``--set``, every value checked), the seeds and any
+    replayed requests; also checks ``--device`` and that ``--out`` and ``--report-dir`` can be
+    written (a missing ``--report-dir`` becomes ``--out``)."""
     path = args.config or config_dir / f"{args.benchmark}.yaml"
     if args.config is None and not path.is_file():
         available = sorted(p.stem for p in config_dir.glob("*.yaml"))
         raise ValueError(f"no configuration for benchmark {args.benchmark!r}; "
                          f"available: {', '.join(available)}")
     config = load_config(path)
-    overrides = [(key, getattr(args, flag)) for flag, key in FLAG_KEYS.items()
-                 if getattr(args, flag, None) is not None]
-    overrides += [parse_override(text) for text in args.overrides]
+    overrides = []
+    for flag, key in FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            check_setting(key, value, f"--{flag.replace('_', '-')} {value}")
+            overrides.append((key, value))
+    for text in args.overrides:
+        key, value = parse_override(text)
+        check_setting(key, value, f"--set {text}")
+        overrides.append((key, value))
     config = apply_overrides(config, overrides)
     seeds = list(args.seeds) if args.seeds is not None else list(config.get("seeds", [0]))
+    check_device(args.device)
+    if getattr(args, "report_dir", None) is None:
+        args.report_dir = args.out
+    check_writable(args.out, "--out")
+    check_writable(args.report_dir, "--report-dir")
     requests = None
     if args.requests is not None:
-        requests = RequestSequence.load(args.requests, config["n_tasks"])
+        try:
+            requests = RequestSequence.load(args.requests, config["n_tasks"])
+        except InvalidRequestSequence as err:
+            raise InvalidRequestSequence(f"--requests {err}") from None
         # The replayed sequence decides N_u (records and reports group by it).
         config["n_unlearn"] = len(requests.unlearned_tasks)
     return config, seeds, requests
@@ -147,7 +220,8 @@ def config_from_args(args: argparse.Namespace, config_dir: Path
 def main_guard(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None,
                *, prog: str) -> NoReturn:
     """Run ``main``; bad input ends the program with one line on stderr (``prog: error:
-    ...``) and exit code 2."""
+    ...``) and exit code 2; warnings print as one line each (``prog: warning: ...``)."""
+    warnings.formatwarning = lambda message, *args, **kwargs: f"{prog}: warning: {message}\n"
     try:
         main(argv)
     except (ValueError, FileNotFoundError, InvalidRequestSequence) as err:

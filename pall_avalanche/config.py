@@ -4,22 +4,35 @@ A configuration is a flat mapping (benchmark, model, epochs, lr, ...) plus an op
 ``methods`` section whose entries override global keys for one method (e.g. the paper's
 learning rate 0.001 for ER on CIFAR). :func:`resolve_method_config` gives the flat, complete
 configuration of one method; that is what a result record stores.
+
+Every key is known (:data:`CONFIG_KEYS`: its type, range and meaning): an unknown key, a value
+of the wrong type or out of range is refused with one line naming where it came from (the file,
+``--set KEY=VALUE`` or a flag), the bad value and what is valid (:func:`check_setting`,
+:func:`check_config`, :func:`check_run_config`), before anything is trained.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 __all__ = [
+    "CONFIG_KEYS",
     "REQUIRED_KEYS",
+    "KeySpec",
     "apply_overrides",
+    "check_config",
+    "check_run_config",
+    "check_setting",
     "config_hash",
     "load_config",
     "parse_override",
@@ -32,14 +45,209 @@ REQUIRED_KEYS = (
 )
 
 
+@dataclass(frozen=True)
+class KeySpec:
+    """A configuration key: what values it takes and what it means.
+
+    :param kind: ``int``, ``float``, ``str``, ``bool``, ``dict`` or ``list``.
+    :param valid: a test of the value (after the type check), or ``None``.
+    :param what: the valid values, as the error message says them.
+    :param meaning: one line for users.
+    :param nullable: ``None`` is a valid value.
+    """
+
+    kind: type
+    valid: Callable[[Any], bool] | None
+    what: str
+    meaning: str
+    nullable: bool = False
+
+
+def _choice(*options: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in options), "one of " + ", ".join(options)
+
+
+def _at_least(low: float, *, above: bool = False) -> tuple[Callable[[Any], bool], str]:
+    return ((lambda v: math.isfinite(v) and (v > low if above else v >= low)),
+            f"{'>' if above else '>='} {low:g}")
+
+
+def _registered(registry: str) -> tuple[Callable[[Any], bool], str]:
+    """A name of a registry that needs torch (looked up when a value is checked)."""
+    def names() -> list[str]:
+        if registry == "benchmark":
+            from pall_avalanche.data import BENCHMARKS
+            return sorted(BENCHMARKS)
+        if registry == "model":
+            from pall_avalanche.models import MODELS
+            return sorted(MODELS)
+        from pall_avalanche.plugins import SELECTIONS
+        return list(SELECTIONS)
+
+    class _Names:
+        def __str__(self) -> str:
+            return "one of " + ", ".join(names())
+
+    return (lambda v: v in names()), _Names()
+
+
+def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = False) -> KeySpec:
+    valid, what = rule if rule is not None else (None, "")
+    return KeySpec(kind, valid, what, meaning, nullable)
+
+
+#: Every configuration key (see ``benchmarks/configs``), with its type, range and meaning.
+CONFIG_KEYS: dict[str, KeySpec] = {
+    "benchmark": _spec(str, _registered("benchmark"), "the benchmark"),
+    "n_tasks": _spec(int, _at_least(1), "T, the number of tasks"),
+    "model": _spec(str, _registered("model"), "the backbone"),
+    "model_kwargs": _spec(dict, None, "keyword arguments of the backbone", nullable=True),
+    "n_unlearn": _spec(int, _at_least(0), "N_u, unlearning requests per sequence"),
+    "seeds": _spec(list, (lambda v: all(isinstance(s, int) and not isinstance(s, bool)
+                                        and s >= 0 for s in v), "a list of integers >= 0"),
+                   "the default seeds"),
+    "data_root": _spec(str, None, "folder of the dataset files", nullable=True),
+    "train_per_task": _spec(int, _at_least(1), "subsample of each task's training set",
+                            nullable=True),
+    "epochs": _spec(int, _at_least(1), "epochs per learning request"),
+    "batch_size": _spec(int, _at_least(1), "training mini-batch size"),
+    "eval_batch_size": _spec(int, _at_least(1), "evaluation batch size"),
+    "optimizer": _spec(str, _choice("sgd", "adam"), "the optimizer"),
+    "lr": _spec(float, _at_least(0, above=True), "learning rate"),
+    "momentum": _spec(float, ((lambda v: 0 <= v < 1), "in [0, 1)"), "SGD momentum"),
+    "weight_decay": _spec(float, _at_least(0), "weight decay"),
+    "lr_schedule": _spec(str, _choice("constant", "cosine"), "learning-rate schedule"),
+    "alpha": _spec(float, ((lambda v: 0 < v <= 1), "in (0, 1]"),
+                   "α, per-layer connectivity of a task subnetwork (PALL, WSN)"),
+    "n_retrain_iters": _spec(int, _at_least(0), "N_f, iterations after an unlearning request"),
+    "beta": _spec(float, _at_least(0), "β, weight of the logit-MSE rehearsal term"),
+    "buffer_size": _spec(int, _at_least(1), "total episodic memory"),
+    "buffer_selection": _spec(str, _registered("selection"), "how buffer samples are chosen"),
+    "strict_cascade": _spec(bool, None, "PALL's strict cascade option"),
+    "ewc_lambda": _spec(float, _at_least(0), "λ of EWC (also LSF's EWC term)"),
+    "lwf_alpha": _spec(float, _at_least(0), "weight of LwF's distillation"),
+    "lwf_temperature": _spec(float, _at_least(0, above=True), "LwF's temperature"),
+    "lsf_gamma": _spec(float, _at_least(0), "γ of LSF's mnemonic-code terms"),
+    "memory_strength": _spec(float, _at_least(0), "GEM's margin"),
+    "retrain_epochs": _spec(int, _at_least(0), "ER (Retraining)'s epochs over the buffers"),
+    "methods": _spec(dict, None, "per-method overrides: methods.<method>.<key>"),
+}
+
+
+def _type_ok(spec: KeySpec, value: Any) -> bool:
+    if value is None:
+        return spec.nullable
+    if spec.kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if spec.kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, spec.kind)
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               dict: "a mapping", list: "a list"}
+
+
+def _unknown(key: str, where: str, known: Iterable[str]) -> ValueError:
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ValueError(f"{where}: unknown configuration key {key!r}; {hint}known keys: "
+                      f"{', '.join(known)}")
+
+
+def check_setting(key: str, value: Any, where: str) -> None:
+    """Refuse an unknown (dotted) ``key`` or a bad ``value`` in one line that starts with
+    ``where`` (``--set alpha=abc``, a file name, ``--epochs 0``).
+
+    :raises ValueError: naming the key, the value and what is valid.
+    """
+    parts = key.split(".")
+    if parts[0] == "methods" and len(parts) > 1:
+        from pall_avalanche.strategies import METHODS  # late: the strategies import this module
+        if parts[1] not in METHODS:
+            close = difflib.get_close_matches(parts[1], list(METHODS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"{where}: unknown method {parts[1]!r} in {key!r}; {hint}valid "
+                             f"methods: {', '.join(METHODS)}")
+        if len(parts) == 2:
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}: {key} must be a mapping of configuration keys, got "
+                                 f"{value!r}")
+            for sub, item in value.items():
+                check_setting(f"{key}.{sub}", item, where)
+            return
+        parts = parts[2:]
+        if parts[0] in ("methods", "seeds"):
+            raise ValueError(f"{where}: {parts[0]!r} cannot be set per method")
+    name = parts[0]
+    if name not in CONFIG_KEYS:
+        raise _unknown(name, where, CONFIG_KEYS)
+    spec = CONFIG_KEYS[name]
+    if len(parts) > 1:
+        if spec.kind is not dict:
+            raise ValueError(f"{where}: {name} is not a mapping; set it as {name}=VALUE")
+        return
+    if not _type_ok(spec, value):
+        kind = _KIND_NAMES[spec.kind] + (" or null" if spec.nullable else "")
+        raise ValueError(f"{where}: {name} ({spec.meaning}) must be {kind}"
+                         + (f" {spec.what}" if spec.what else "") + f", got {value!r}")
+    if spec.valid is not None and value is not None and not spec.valid(value):
+        raise ValueError(f"{where}: {name} ({spec.meaning}) must be {spec.what}, got {value!r}")
+    if name == "methods":
+        for method, overrides in value.items():
+            check_setting(f"methods.{method}", overrides, where)
+
+
+def check_config(config: Mapping[str, Any], where: str) -> None:
+    """:func:`check_setting` for every key of ``config`` (a file's or a merged one)."""
+    for key, value in config.items():
+        check_setting(key, value, where)
+
+
+def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The resolved configuration of ``method`` (:func:`resolve_method_config`), checked key
+    by key and across keys (N_u ≤ T, the benchmark's classes split into T tasks); what the
+    runner checks for every (method, configuration) before the first request."""
+    resolved = resolve_method_config(config, method)
+    check_config(resolved, f"the configuration of {method!r}")
+    n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
+    if n_unlearn > n_tasks:
+        raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
+                         f"{n_tasks} tasks can be unlearned")
+    from pall_avalanche.data import BENCHMARKS
+    from pall_avalanche.strategies import METHODS
+    classes = BENCHMARKS[resolved["benchmark"]].n_classes
+    if classes % n_tasks:
+        raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
+                         f"{resolved['benchmark']!r}: its {classes} classes must split evenly "
+                         "into the tasks")
+    per_class = classes // n_tasks
+    buffer = resolved.get("buffer_size")
+    if method in METHODS and "buffer_size" in METHODS[method].params and buffer is not None \
+            and buffer // n_tasks < per_class:
+        raise ValueError(f"buffer_size={buffer} is invalid for {method!r}: it gives "
+                         f"{buffer // n_tasks} samples per task over {n_tasks} tasks, fewer than "
+                         f"the {per_class} classes of a task; use buffer_size >= "
+                         f"{n_tasks * per_class}")
+    return resolved
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML configuration file."""
+    """Read and check a YAML configuration file (:func:`check_config`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"configuration file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ValueError(f"--config {path}: not valid YAML{where} ({problem})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a configuration must be a mapping, got {type(data).__name__}")
+    check_config(data, str(path))
     return data
 
 

@@ -21,12 +21,13 @@ import pandas as pd
 
 from pall_avalanche.cli import (
     FLAG_KEYS,
+    Parser,
     add_run_arguments,
     config_from_args,
     parse_methods,
     run_options,
 )
-from pall_avalanche.config import apply_overrides, parse_override
+from pall_avalanche.config import apply_overrides, check_run_config, parse_override
 from pall_avalanche.report import provenance, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runner import run_experiments
@@ -101,9 +102,8 @@ def script_parser(doc: str, *, name: str, default_methods: Sequence[str]
                   ) -> argparse.ArgumentParser:
     """The common arguments of a paper script (:func:`~pall_avalanche.cli.add_run_arguments`),
     records under ``results/<name>``, and the script's default methods."""
-    parser = argparse.ArgumentParser(prog=f"{name}.py", description=doc.split("\n\n")[0],
-                                     epilog=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog=f"{name}.py", description=doc.split("\n\n")[0], epilog=doc,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, default_out=f"results/{name}")
     parser.set_defaults(methods=",".join(default_methods))
     return parser
@@ -134,7 +134,8 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
 
     Keys the user set on the command line win over a point's fixed overrides, so every key
     stays overridable; setting a key the points sweep (different values per point) is an
-    error. A point whose methods are all deselected is skipped.
+    error. A point whose methods are all deselected is skipped. Every point's configuration
+    of every method (and its requests) is checked before the first request of any.
 
     :param points: the sweep.
     :param run: the parsed invocation (configuration, seeds, device, ``--out``).
@@ -151,27 +152,37 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
         raise ValueError(f"the command line sets {clashes}, which this script sweeps "
                          f"({sorted(swept)} over the points {labels}); drop the setting or use "
                          "the script's sweep flag")
-    options = run_options(run.args)
-    if options["wandb"] is not None and options["wandb"].group is None:
-        # One W&B group for the whole script: every point's runs and the table run.
-        options["wandb"] = replace(options["wandb"], group=default_group(run.config))
-    records = []
-    for point in points:
+    plan = []
+    for point in points:        # every point checked before the first request of any
         methods = run.pick(point.methods) if point.methods is not None else run.methods
         if not methods:
             continue
         overrides = {k: v for k, v in point.overrides.items() if k not in run.explicit}
         config = apply_overrides(run.config, overrides.items())
+        requests = point.requests if point.requests is not None else run.requests
+        try:
+            for method in methods:
+                check_run_config(config, method)
+                if requests is not None:
+                    RequestSequence(list(requests), config["n_tasks"])
+        except ValueError as err:
+            raise ValueError(f"{point.label}: {err}") from None
+        plan.append((point, methods, config, requests))
+    if not plan:
+        raise ValueError(f"no run selected: methods {run.methods} match no grid point's "
+                         "methods")
+    options = run_options(run.args)
+    if options["wandb"] is not None and options["wandb"].group is None:
+        # One W&B group for the whole script: every point's runs and the table run.
+        options["wandb"] = replace(options["wandb"], group=default_group(run.config))
+    records = []
+    for point, methods, config, requests in plan:
         if progress is not None:
             progress(point.label)
-        requests = point.requests if point.requests is not None else run.requests
         for record in run_experiments(methods, run.seeds, config, run.args.out,
                                       requests=requests, **options):
             records.append({**record, "point": point.label,
                             "point_overrides": dict(point.overrides)})
-    if not records:
-        raise ValueError(f"no run selected: methods {run.methods} match no grid point's "
-                         "methods")
     return records
 
 

@@ -14,12 +14,16 @@ and the replay baselines.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
 
+from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, draw_initial, mask_gradients_
-from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+
+if TYPE_CHECKING:
+    from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = [
     "SELECTIONS",

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pall_avalanche.cli import Parser, main_guard
 from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
 from pall_avalanche.records import read_record, write_atomic, write_text_atomic
@@ -498,12 +499,28 @@ def _save(fig, path: str | Path) -> None:
 
 # ------------------------------------------------------------------------------------ CLI
 def load_records(results_dir: str | Path) -> list[dict]:
-    """Every result record (``seed*.json``) under ``results_dir``, in path order."""
+    """Every result record (``seed*.json``) under ``results_dir``, in path order. A file
+    that is not a complete record (truncated or invalid JSON, required keys missing) is
+    skipped with a :class:`~pall_avalanche.records.RunWarning` naming it (one line each); it
+    is left in place (a run on that folder sets it aside and computes the record again)."""
+    import warnings
+
+    from pall_avalanche.records import CorruptFileError, RunWarning, load_record
+
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"results folder {root} does not exist")
-    records = [read_record(p) for p in sorted(root.rglob("seed*.json"))]
-    return [r for r in records if r is not None]
+    records = []
+    for path in sorted(root.rglob("seed*.json")):
+        record = read_record(path)
+        if record is not None:
+            records.append(record)
+            continue
+        try:
+            load_record(path)  # why it is no record
+        except CorruptFileError as err:
+            warnings.warn(f"skipped {err}", RunWarning, stacklevel=2)
+    return records
 
 
 def _settings(records: Sequence[dict]) -> list[dict]:
@@ -545,19 +562,22 @@ def main(argv: Sequence[str] | None = None) -> str:
     of each), A_l/F_u against N_u when several N_u were run, and learning time per task; with
     ``--table1``, the paper's Table 1 with the benchmarks side by side
     (:func:`table1_side_by_side`)."""
-    parser = argparse.ArgumentParser(prog="python -m pall_avalanche.report",
-                                     description=main.__doc__.split("\n")[0],
-                                     epilog=_TABLE1_HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m pall_avalanche.report",
+                    description=main.__doc__.split("\n")[0], epilog=_TABLE1_HELP,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, nargs="+",
                         help="folders of result records (seed*.json), searched recursively")
     parser.add_argument("--table1", action="store_true",
                         help="the paper's Table 1 layout, benchmarks side by side (see below)")
-    parser.add_argument("--out", type=Path, default=Path("reports/results"),
-                        help="report path stem (default reports/results)")
+    parser.add_argument("--out", type=Path,
+                        help="report path stem (default: <first results folder>/report, or "
+                             "/table1 with --table1: beside the records, never over a "
+                             "committed report)")
     parser.add_argument("--title", help="report title (default: Results, or Table 1's)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = args.results[0] / ("table1" if args.table1 else "report")
     records = [r for folder in args.results for r in load_records(folder)]
     if not records:
         raise ValueError("no result records (seed*.json) under "
@@ -600,6 +620,4 @@ def _results_report(records: list[dict], out: Path, title: str
 
 
 if __name__ == "__main__":
-    from pall_avalanche.cli import main_guard
-
     main_guard(main, prog="python -m pall_avalanche.report")

@@ -148,6 +148,10 @@ class RequestSequence(Sequence[Request]):
                 f"{path}: expected a JSON list of {{'kind', 'task'}} objects, "
                 f"got {type(data).__name__}"
             )
+        if not data:
+            raise InvalidRequestSequence(
+                f"{path}: the list holds no request; give at least one "
+                '{"kind": "learn", "task": t}')
         return cls(data, n_tasks)
 
 

@@ -12,16 +12,55 @@ one an uninterrupted run gives (timings and ``finished_at`` aside) and lists in
 ``resumed_after`` the request counts it resumed at. :func:`run_experiments` keeps the
 checkpoint next to the record (``seed<k>.ckpt``) and deletes it once the record is written;
 with ``jobs > 1`` it runs the (method, seed) pairs in parallel processes.
+
+Several processes on one results folder (W&B sweep agents, shells, hosts sharing a file
+system) split the work instead of each computing everything:
+
+* Locks. Before computing a record, :func:`run_experiments` takes ``seed<k>.lock`` beside it
+  (:func:`pall_avalanche.records.acquire_lock`: ``O_CREAT | O_EXCL``, JSON with pid, host,
+  start time), refreshes its modification time after every request and deletes it when the
+  record is written or the run failed. With ``jobs > 1`` the parent process takes the lock
+  of each pair when it hands the pair to a worker (at most ``jobs`` at a time, so that other
+  processes get the rest). A record locked by a live other owner is deferred; after its own
+  work the process polls every :data:`LOCK_POLL_SECONDS` (a note on stderr says what it
+  waits for) until the record is written (then reads it) or the lock is stale (then breaks
+  it, saying so on stderr, and computes the record). Stale: its owner ran on this host and
+  that pid is gone, or it was not refreshed for
+  :data:`~pall_avalanche.records.LOCK_STALE_SECONDS` (6 hours; owners on other hosts). Only
+  the lock holder reads or writes a record's checkpoint, so no run resumes from another's
+  checkpoint in flight; a checkpoint that vanishes before it is read means "no checkpoint".
+* Leftovers. A kill mid-write leaves ``.seed<k>.json.*.tmp`` / ``.seed<k>.ckpt.*.tmp``:
+  whoever takes a record's lock deletes them. A kill between the record's rename and the
+  checkpoint's deletion leaves ``seed<k>.ckpt`` beside a finished record: it is deleted when
+  the finished record is found and no live other owner holds the lock.
+* Corrupt files. A checkpoint that does not load (random bytes, truncated, empty) and a
+  record file that is not a complete record (truncated JSON) give one
+  :class:`~pall_avalanche.records.RunWarning` line naming the file; the file is renamed to
+  ``<name>.corrupt`` (or ``.corrupt.N``) and the record is computed afresh. Warnings raised in
+  worker processes are re-issued by the parent.
+* Write failures. If writing a finished record fails (``OSError``: disk full, permissions),
+  the record is written to ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/
+  seed<k>.json`` and the error names both files; the checkpoint stays, so a rerun resumes.
+* Workers die with their parent. Each worker process exits as soon as the process that
+  started it is gone (a watcher thread; on Linux also ``PR_SET_PDEATHSIG``), so a killed run
+  leaves no worker computing its queue or waiting forever.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import platform
 import random
+import signal
 import sys
+import tempfile
+import threading
+import time
+import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from datetime import datetime, timezone
 from importlib import metadata
 from multiprocessing import get_context
@@ -39,20 +78,33 @@ from pall_avalanche.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from pall_avalanche.config import config_hash, resolve_method_config
+from pall_avalanche.config import check_run_config, config_hash, resolve_method_config
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics, model_size_mb
 from pall_avalanche.models import build_model
-from pall_avalanche.records import read_record, write_json_atomic
+from pall_avalanche.records import (
+    CorruptFileError,
+    RecordLock,
+    RunWarning,
+    acquire_lock,
+    describe_lock,
+    load_record,
+    set_aside,
+    write_json_atomic,
+)
 from pall_avalanche.requests import RequestSequence, generate_requests
 from pall_avalanche.strategies import METHODS, build_strategy
 from pall_avalanche.streams import RequestStream
 from pall_avalanche.wandb_logging import WandbSettings, default_group, wandb_run
 
-__all__ = ["RECORD_FORMAT", "checkpoint_path", "record_path", "run_experiments", "run_record",
-           "seed_everything"]
+__all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "checkpoint_path", "lock_path", "record_path",
+           "run_experiments", "run_record", "seed_everything"]
 
 RECORD_FORMAT = 1
+#: How often a run waiting for records locked by another process looks again (seconds).
+LOCK_POLL_SECONDS = 2.0
+#: How often the waiting note is repeated while nothing changes (seconds).
+WAIT_NOTE_SECONDS = 300.0
 
 
 def seed_everything(seed: int) -> None:
@@ -99,7 +151,8 @@ def run_record(method: str, seed: int, config: dict, *,
                requests: RequestSequence | list | None = None,
                device: str | torch.device = "cpu", show_progress: bool = False,
                checkpoint: str | Path | None = None, plugins: Sequence = (),
-               probe: Callable[[], Any] | None = None, train_seed: int | None = None) -> dict:
+               probe: Callable[[], Any] | None = None, train_seed: int | None = None,
+               heartbeat: Callable[[], Any] | None = None) -> dict:
     """Train ``method`` on the request sequence of ``seed`` and return its result record.
 
     :param method: a name from ``METHODS``.
@@ -110,7 +163,10 @@ def run_record(method: str, seed: int, config: dict, *,
     :param show_progress: show a progress bar over the requests.
     :param checkpoint: a checkpoint file: saved (atomically) after every request, resumed from
         if it exists (it must come from the same method, seed, configuration and requests).
-        The caller deletes it once the record is safe. ``None``: no checkpoints.
+        One that does not load is renamed ``<name>.corrupt`` with a
+        :class:`~pall_avalanche.records.RunWarning` and the run starts afresh; one that
+        vanishes before it is read counts as none. The caller deletes it once the record is
+        safe. ``None``: no checkpoints.
     :param plugins: further plugins, run after the evaluation plugin.
     :param probe: a factory of a probe object with ``plugins`` (run after ``plugins``) and
         ``finish(strategy, benchmark) -> dict``, stored JSON-ready as the record's ``probe``
@@ -118,6 +174,8 @@ def run_record(method: str, seed: int, config: dict, *,
     :param train_seed: re-seed the random number generators with this after the benchmark,
         model and strategy are built: same class split and initial weights as ``seed``,
         other training randomness (stored as the record's ``train_seed``).
+    :param heartbeat: called after every finished request (the runner refreshes the record's
+        lock with it). ``None``: nothing.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; valid methods are {sorted(METHODS)}")
@@ -147,8 +205,8 @@ def run_record(method: str, seed: int, config: dict, *,
                 "requests": sequence.to_list(),
                 **({"train_seed": train_seed} if train_seed is not None else {})}
     done, resumed_after = 0, []
-    if checkpoint is not None and Path(checkpoint).exists():
-        state = load_checkpoint(checkpoint)
+    state = _resumable_checkpoint(checkpoint) if checkpoint is not None else None
+    if state is not None:
         different = [key for key, value in identity.items() if state.get(key) != value]
         if different:
             raise ValueError(f"checkpoint {checkpoint} belongs to another run (its {different} "
@@ -166,6 +224,8 @@ def run_record(method: str, seed: int, config: dict, *,
                 "resumed_after": resumed_after, "strategy": strategy.checkpoint_state(),
                 "rng": capture_rng_state(),
             })
+        if heartbeat is not None:
+            heartbeat()
 
     learn = [t["seconds_per_epoch"] for t in evaluation.timings if t["kind"] == "learn"]
     unlearn = [t["seconds"] for t in evaluation.timings if t["kind"] == "unlearn"]
@@ -192,6 +252,9 @@ def run_record(method: str, seed: int, config: dict, *,
         "resumed_after": resumed_after,
         # strategy-specific statistics per unlearning request (PALL: Table A2), else None
         "unlearning_stats": getattr(strategy, "unlearning_stats", None),
+        # per learning request: the task's balanced training accuracy and whether it stayed
+        # at chance (a failed request, also warned about)
+        "learning_checks": evaluation.learning_checks,
         "eval_batch_size": resolved["eval_batch_size"],
         "split": split.to_dict(),
         "config": resolved,
@@ -200,6 +263,20 @@ def run_record(method: str, seed: int, config: dict, *,
         "device": _device_info(device),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _resumable_checkpoint(checkpoint: str | Path) -> dict | None:
+    """The checkpoint to resume from: ``None`` if there is none (also if it vanished just
+    now); a corrupt one is set aside (``.corrupt``) with a one-line warning, ``None``."""
+    try:
+        return load_checkpoint(checkpoint)
+    except FileNotFoundError:
+        return None
+    except CorruptFileError as err:
+        aside = set_aside(checkpoint)
+        warnings.warn(f"{err}; set aside as {aside.name}, the run starts afresh", RunWarning,
+                      stacklevel=2)
+        return None
 
 
 def record_path(out_dir: str | Path, method: str, seed: int, config: dict,
@@ -225,29 +302,119 @@ def checkpoint_path(record_file: str | Path) -> Path:
     return Path(record_file).with_suffix(".ckpt")
 
 
+def lock_path(record_file: str | Path) -> Path:
+    """The lock file of a record while a process computes it (``seed<k>.lock``; module
+    docstring).
+
+    :param record_file: the record's path (:func:`record_path`).
+    """
+    return Path(record_file).with_suffix(".lock")
+
+
+def unsaved_path(record_file: str | Path) -> Path:
+    """Where a record that could not be written to ``record_file`` is kept:
+    ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/seed<k>.json``.
+
+    :param record_file: the record's path (:func:`record_path`).
+    """
+    return Path(tempfile.gettempdir(), "pall_avalanche_unsaved", *Path(record_file).parts[-4:])
+
+
 def _run_and_write(method: str, seed: int, config: dict, path: Path,
                    requests: RequestSequence | list | None, device: str | torch.device,
                    checkpoints: bool, show_progress: bool,
                    wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
-                   train_seed: int | None = None) -> dict:
+                   train_seed: int | None = None, heartbeat: Callable[[], Any] | None = None
+                   ) -> dict:
     """Run one record (resuming from its checkpoint), write it atomically, then delete the
-    checkpoint; the unit of work of :func:`run_experiments`, in or out of process. With
-    ``wandb`` settings the run is logged to W&B (live per request, then the record)."""
+    checkpoint; the unit of work of :func:`run_experiments`, in or out of process (the caller
+    holds the record's lock; ``heartbeat`` refreshes it after every request). With ``wandb``
+    settings the run is logged to W&B (live per request, then the record).
+
+    If writing the record fails (``OSError``), it is kept in :func:`unsaved_path` and an
+    ``OSError`` naming both files is raised; the checkpoint stays."""
     checkpoint = checkpoint_path(path) if checkpoints else None
     with wandb_run(wandb, method=method, seed=seed, config=resolve_method_config(config, method),
                    group=default_group(config)) as tracker:
         record = run_record(method, seed, config, requests=requests, device=device,
                             show_progress=show_progress, checkpoint=checkpoint,
-                            plugins=tracker.plugins(), probe=probe, train_seed=train_seed)
-        write_json_atomic(path, record)
+                            plugins=tracker.plugins(), probe=probe, train_seed=train_seed,
+                            heartbeat=heartbeat)
+        try:
+            write_json_atomic(path, record)
+        except OSError as err:
+            raise _unsaved(path, record, err) from err
         tracker.log_record(record, path)
-    if checkpoint is not None:
-        checkpoint.unlink(missing_ok=True)
+    # the record is safe: its checkpoint (this run's, or an orphan one) is of no further use
+    checkpoint_path(path).unlink(missing_ok=True)
     return record
 
 
-def _init_worker(threads: int) -> None:
+def _unsaved(path: Path, record: dict, err: OSError) -> OSError:
+    """Keep a record that could not be written to ``path`` in :func:`unsaved_path`; the error
+    to raise, naming both files."""
+    fallback = unsaved_path(path)
+    try:
+        write_json_atomic(fallback, record)
+        kept = (f"the record was kept in {fallback}: copy it to {path} once that folder is "
+                "writable")
+    except OSError as again:
+        kept = f"keeping it in {fallback} failed too ({type(again).__name__}: {again})"
+    return OSError(f"could not write the record {path} ({type(err).__name__}: {err}); {kept}")
+
+
+def _init_worker(threads: int, parent: int | None = None) -> None:
+    """Set up a worker process: torch threads, and exit as soon as the parent is gone.
+
+    :param threads: torch's intra-op threads.
+    :param parent: the pid of the process that started the pool.
+    """
     torch.set_num_threads(threads)
+    _exit_with_parent(parent)
+
+
+def _exit_with_parent(parent: int | None) -> None:
+    """End this process as soon as its parent is gone: on Linux the kernel's parent-death
+    signal (``PR_SET_PDEATHSIG``, SIGKILL), and everywhere a daemon thread that polls
+    ``os.getppid()`` every 0.5 s and calls ``os._exit`` when it changes."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # 1: PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+    start = os.getppid()
+    if parent is not None and start != parent:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:  # the parent died before this worker got here
+            os._exit(1)
+        except OSError:
+            pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != start:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _run_in_worker(*args: Any, **kwargs: Any) -> tuple[dict, list[str]]:
+    """:func:`_run_and_write` in a worker process: the record, and the messages of the
+    :class:`~pall_avalanche.records.RunWarning` it raised, for the parent to re-issue (other
+    warnings, and all of them if the run fails, are shown here)."""
+    caught: list = []
+    record = None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RunWarning)
+            record = _run_and_write(*args, **kwargs)
+    finally:
+        relayed = [w for w in caught
+                   if record is not None and issubclass(w.category, RunWarning)]
+        for w in caught:
+            if not any(w is r for r in relayed):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return record, [str(w.message) for w in relayed]
 
 
 def _failed(method: str, seed: int, err: BaseException) -> Exception:
@@ -264,6 +431,12 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                     train_seed_offset: int | None = None) -> list[dict]:
     """Run every (method, seed) pair not already recorded under ``out_dir``; return all the
     records (loaded or new), in (method, seed) order.
+
+    Other processes may run on the same ``out_dir`` at the same time: each record is computed
+    by the process holding its lock (``seed<k>.lock``), the others wait for it and read it;
+    stale locks are broken, leftovers of killed runs deleted, corrupt checkpoints and records
+    set aside with a :class:`~pall_avalanche.records.RunWarning`, and a record that cannot be
+    written is kept in :func:`unsaved_path` (module docstring).
 
     :param methods: names from ``METHODS``.
     :param seeds: the seeds.
@@ -293,44 +466,194 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
+    for method in methods:      # every configuration checked before the first request
+        check_run_config(config, method)
     pairs = [(m, s) for m in methods for s in seeds]
     train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
                    for s in seeds}
     paths = {pair: record_path(out_dir, *pair, config, requests, train_seeds[pair[1]])
              for pair in pairs}
-    records = {pair: read_record(path) for pair, path in paths.items()}
-    for pair, record in records.items():
-        if record is not None and record.get("format") != RECORD_FORMAT:
-            raise ValueError(f"{paths[pair]} has record format {record.get('format')!r}; this "
-                             f"version writes format {RECORD_FORMAT}: use another --out")
-    missing = [pair for pair in pairs if records[pair] is None
-               or (probe is not None and "probe" not in records[pair])]
-    if jobs == 1:
-        with tqdm(missing, desc="runs", disable=not show_progress) as bar:
-            for method, seed in bar:
-                bar.set_postfix_str(f"{method} seed {seed}")
-                records[method, seed] = _run_and_write(
-                    method, seed, config, paths[method, seed], requests, device, checkpoints,
-                    show_progress, wandb, probe, train_seeds[seed])
-    elif missing:
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(missing)),
-                                   mp_context=get_context("spawn"), initializer=_init_worker,
-                                   initargs=(threads,))
-        with pool, tqdm(total=len(missing), desc=f"runs ({jobs} jobs)",
-                        disable=not show_progress) as bar:
-            futures = {pool.submit(_run_and_write, method, seed, config, paths[method, seed],
-                                   requests, device, checkpoints, False, wandb, probe,
-                                   train_seeds[seed]): (method, seed)
-                       for method, seed in missing}
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    method, seed = futures[future]
-                    if future.exception() is not None:
-                        pool.shutdown(wait=True, cancel_futures=True)
-                        raise _failed(method, seed, future.exception()) from future.exception()
-                    records[method, seed] = future.result()
-                    bar.update()
+
+    def usable(record: dict | None) -> bool:
+        return record is not None and (probe is None or "probe" in record)
+
+    records = {}
+    for pair, path in paths.items():
+        records[pair] = _peek_record(path)
+        if usable(records[pair]) and _has_leftovers(path):
+            # delete an orphan checkpoint and temporaries if no live owner holds the lock;
+            # best effort: a read-only results folder is still read
+            with contextlib.suppress(OSError):
+                _claim(path, usable)
+    missing = [pair for pair in pairs if not usable(records[pair])]
+
+    def arguments(pair: tuple[str, int], progress: bool) -> tuple:
+        method, seed = pair
+        return (method, seed, config, paths[pair], requests, device, checkpoints, progress,
+                wandb, probe, train_seeds[seed])
+
+    if missing:
+        records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
+                                    show_progress=show_progress))
     return [records[pair] for pair in pairs]
+
+
+def _check_format(path: Path, record: dict | None) -> None:
+    if record is not None and record.get("format") != RECORD_FORMAT:
+        raise ValueError(f"{path} has record format {record.get('format')!r}; this "
+                         f"version writes format {RECORD_FORMAT}: use another --out")
+
+
+def _peek_record(path: Path) -> dict | None:
+    """The record at ``path`` read without its lock: ``None`` if missing or corrupt (a
+    corrupt record is reported and set aside by whoever takes the lock)."""
+    try:
+        record = load_record(path)
+    except CorruptFileError:
+        return None
+    _check_format(path, record)
+    return record
+
+
+def _leftovers(path: Path) -> list[Path]:
+    """The temporaries a kill during :func:`~pall_avalanche.records.write_atomic` left for
+    the record ``path`` and its checkpoint (``.seed<k>.json.*.tmp``, ``.seed<k>.ckpt.*.tmp``),
+    and lock files of a lock breaker killed mid-way older than an hour."""
+    found = [*path.parent.glob(f".{path.name}.*.tmp"),
+             *path.parent.glob(f".{checkpoint_path(path).name}.*.tmp")]
+    now = time.time()
+    for broken in path.parent.glob(f".{lock_path(path).name}.*.broken"):
+        try:
+            if now - broken.stat().st_mtime > 3600:
+                found.append(broken)
+        except OSError:
+            pass
+    return found
+
+
+def _has_leftovers(path: Path) -> bool:
+    return checkpoint_path(path).exists() or bool(_leftovers(path))
+
+
+def _claim(path: Path, usable: Callable[[dict | None], bool]
+           ) -> tuple[RecordLock | None, dict | None]:
+    """Try to take the lock of the record ``path``.
+
+    Returns ``(lock, None)``: the record is ours to compute (its temporaries are deleted, a
+    corrupt record file is set aside with a warning); ``(None, record)``: the record is
+    finished (an orphan checkpoint beside it is deleted if we got the lock); ``(None, None)``:
+    a live other owner holds the lock and the record is not finished.
+    """
+    lock = acquire_lock(lock_path(path))
+    if lock is None:
+        record = _peek_record(path)
+        return None, record if usable(record) else None
+    try:
+        for leftover in _leftovers(path):
+            leftover.unlink(missing_ok=True)
+        try:
+            record = load_record(path)
+        except CorruptFileError as err:
+            aside = set_aside(path)
+            warnings.warn(f"{err}; set aside as {aside.name}, computing the record again",
+                          RunWarning, stacklevel=2)
+            record = None
+        _check_format(path, record)
+        if usable(record):
+            checkpoint_path(path).unlink(missing_ok=True)  # orphan of a kill after the rename
+    except BaseException:
+        lock.release()
+        raise
+    if usable(record):
+        lock.release()
+        return None, record
+    return lock, None
+
+
+class _WaitNote:
+    """The note on stderr while records locked by other processes are awaited: when the set
+    of awaited records changes, else every :data:`WAIT_NOTE_SECONDS`."""
+
+    def __init__(self) -> None:
+        self.last: tuple[frozenset, float] | None = None
+
+    def show(self, waiting: Sequence[Path]) -> None:
+        key, now = frozenset(waiting), time.monotonic()
+        if self.last is not None and self.last[0] == key and \
+                now - self.last[1] < WAIT_NOTE_SECONDS:
+            return
+        self.last = (key, now)
+        first = lock_path(waiting[0])
+        print(f"pall_avalanche: waiting for {len(waiting)} record(s) that other processes are "
+              f"computing, e.g. {first} ({describe_lock(first)}); checking every "
+              f"{LOCK_POLL_SECONDS:g} s", file=sys.stderr, flush=True)
+
+
+def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Path],
+                 usable: Callable[[dict | None], bool],
+                 arguments: Callable[[tuple[str, int], bool], tuple], *, jobs: int,
+                 show_progress: bool) -> dict[tuple[str, int], dict]:
+    """Compute or collect the ``missing`` records under their locks (module docstring):
+    free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
+    once their owner wrote them or their lock went stale."""
+    done: dict[tuple[str, int], dict] = {}
+    todo = list(missing)
+    held: dict[tuple[str, int], RecordLock] = {}
+    running: dict[Future, tuple[str, int]] = {}
+    workers = min(jobs, len(missing))
+    pool: ProcessPoolExecutor | None = None
+    note = _WaitNote()
+    bar = tqdm(total=len(missing), desc="runs" if jobs == 1 else f"runs ({jobs} jobs)",
+               disable=not show_progress)
+    try:
+        while todo or running:
+            for pair in list(todo):
+                if jobs > 1 and len(running) >= workers:
+                    break
+                lock, record = _claim(paths[pair], usable)
+                if lock is None and record is None:
+                    continue  # a live other owner computes it: look again later
+                todo.remove(pair)
+                if record is not None:
+                    done[pair] = record
+                    bar.update()
+                    continue
+                held[pair] = lock
+                if jobs == 1:
+                    bar.set_postfix_str(f"{pair[0]} seed {pair[1]}")
+                    try:
+                        done[pair] = _run_and_write(*arguments(pair, show_progress),
+                                                    heartbeat=lock.refresh)
+                    finally:
+                        held.pop(pair).release()
+                    bar.update()
+                    continue
+                if pool is None:
+                    pool = ProcessPoolExecutor(
+                        max_workers=workers, mp_context=get_context("spawn"),
+                        initializer=_init_worker,
+                        initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid()))
+                running[pool.submit(_run_in_worker, *arguments(pair, False),
+                                    heartbeat=lock.refresh)] = pair
+            if running:
+                finished, _ = wait(list(running), timeout=LOCK_POLL_SECONDS if todo else None,
+                                   return_when=FIRST_COMPLETED)
+                for future in finished:
+                    pair = running.pop(future)
+                    held.pop(pair).release()
+                    if future.exception() is not None:
+                        raise _failed(*pair, future.exception()) from future.exception()
+                    done[pair], messages = future.result()
+                    for message in messages:
+                        warnings.warn(message, RunWarning, stacklevel=3)
+                    bar.update()
+            elif todo:
+                note.show([paths[pair] for pair in todo])
+                time.sleep(LOCK_POLL_SECONDS)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for lock in held.values():
+            lock.release()
+        bar.close()
+    return done

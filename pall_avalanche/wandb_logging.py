@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pall_avalanche.config import config_hash
-from pall_avalanche.strategies.base import UnlearningPlugin
+from pall_avalanche.core import UnlearningPlugin
 
 __all__ = [
     "WANDB_MODES",

@@ -180,11 +180,14 @@ def test_run_experiments_resumes_a_left_checkpoint(tmp_path):
 
 @pytest.mark.slow  # a second process pool: ~10 s of spawning on 2 cores
 def test_worker_error_names_method_and_seed(tmp_path):
-    bad = {**CONFIG, "buffer_size": 3}  # fewer samples per task than classes
-    with pytest.raises(ValueError, match=r"method 'pall' seed 1 failed: ValueError: "
-                                         r"buffer_size=3"):
+    bad = {**CONFIG, "model_kwargs": {"bogus": 1}}  # only building the model finds it
+    with pytest.raises(RuntimeError, match=r"method 'pall' seed 1 failed: TypeError: .*bogus"):
         run_experiments(["pall"], [1], bad, tmp_path, requests=REQUESTS,
                         show_progress=False, jobs=2)
+    # a configuration error is found before any worker starts
+    with pytest.raises(ValueError, match=r"buffer_size=3 is invalid for 'pall'"):
+        run_experiments(["pall"], [1], {**CONFIG, "buffer_size": 3}, tmp_path,
+                        requests=REQUESTS, show_progress=False, jobs=2)
     with pytest.raises(ValueError, match="jobs=0 is invalid"):
         run_experiments(["sequential"], [0], CONFIG, tmp_path, jobs=0)
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers import write_cifar10
 
@@ -99,24 +100,74 @@ def test_requests_file_is_replayed_for_every_seed(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == before
 
 
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--methods", "sequential,magic"], "unknown method(s) ['magic']"),
     (["--benchmark", "mnist"], "no configuration for benchmark 'mnist'; available: "),
-    (["--requests", "BAD"], "request 2 (U1): task 1 is unlearned before it was learned"),
-    (["--n-unlearn", "9"], "n_unlearn=9 is invalid"),
-    (["--set", "optimizer=rmsprop"], "unknown optimizer 'rmsprop'; valid optimizers are"),
+    (["--requests", "<BAD>"], "request 2 (U1): task 1 is unlearned before it was learned"),
+    (["--requests", "<EMPTY>"], "--requests <EMPTY>: the list holds no request"),
+    (["--n-unlearn", "9"], "n_unlearn=9 is invalid for 'sequential': at most n_tasks=5"),
+    (["--set", "optimizer=rmsprop"],
+     "--set optimizer=rmsprop: optimizer (the optimizer) must be one of sgd, adam, got 'rmsprop'"),
+    (["--set", "alhpa=0.05"], "--set alhpa=0.05: unknown configuration key 'alhpa'; did you "
+                              "mean 'alpha'?"),
+    (["--set", "foo=1"], "--set foo=1: unknown configuration key 'foo'; known keys: alpha, "),
+    (["--set", "methods.pall.bogus=1"], "--set methods.pall.bogus=1: unknown configuration "
+                                        "key 'bogus'"),
+    (["--set", "methods.pal.lr=1"], "unknown method 'pal' in 'methods.pal.lr'; did you mean "
+                                    "'pall'?"),
+    (["--epochs", "0"], "--epochs 0: epochs (epochs per learning request) must be >= 1, got 0"),
+    (["--epochs", "-3"], "--epochs -3: epochs (epochs per learning request) must be >= 1"),
+    pytest.param(["--device", "cuda"], "--device cuda: CUDA is not available on this machine",
+                 marks=NO_CUDA),
+    (["--device", "gpu"], "--device gpu: not a torch device; valid: cpu, cuda"),
+    (["--set", "alpha=nan"], "--set alpha=nan: alpha (α, per-layer connectivity of a task "
+                             "subnetwork (PALL, WSN)) must be a number in (0, 1], got 'nan'"),
+    (["--set", "alpha=abc"], "must be a number in (0, 1], got 'abc'"),
+    (["--config", "<YAML>"], "--config <YAML>: not valid YAML at line 3, column 1"),
+    (["--set", "batch_size=0"], "--set batch_size=0: batch_size (training mini-batch size) "
+                                "must be >= 1, got 0"),
+    (["--set", "epochs=2.5"], "--set epochs=2.5: epochs (epochs per learning request) must be "
+                              "an integer >= 1, got 2.5"),
+    (["--set", "lr=abc"], "--set lr=abc: lr (learning rate) must be a number > 0, got 'abc'"),
+    (["--set", "methods=3"], "--set methods=3: methods (per-method overrides: "
+                             "methods.<method>.<key>) must be a mapping, got 3"),
+    (["--seeds", "-1"], "argument --seeds: '-1' is invalid; give an integer >= 0"),
+    (["--methods", "sequential,pall", "--set", "alpha=0"],
+     "--set alpha=0: alpha (α, per-layer connectivity of a task subnetwork (PALL, WSN)) must "
+     "be in (0, 1], got 0"),
+    (["--methods", "sequential,pall", "--set", "methods.pall.buffer_size=3"],
+     "buffer_size=3 is invalid for 'pall': it gives 0 samples per task over 5 tasks"),
+    (["--out", "<FILE>/x"], "--out <FILE>/x: cannot write there (Not a directory)"),
+    (["--report-dir", "<FILE>/y"], "--report-dir <FILE>/y: cannot write there (Not a directory)"),
 ])
 def test_bad_input_fails_with_one_line(tmp_path, capsys, args, message):
-    bad = tmp_path / "bad.json"
-    bad.write_text('[{"kind": "learn", "task": 0}, {"kind": "unlearn", "task": 1}]')
-    args = [str(bad) if a == "BAD" else a for a in args]
-    if "--methods" not in args:
-        args += ["--methods", "sequential"]
-    code, _, err = run_main([*args, "--seeds", "0", "--out", str(tmp_path / "out"), *FAST],
-                            capsys)
+    """Each bad input: exit code 2, one line naming the option, the value and what is valid,
+    and nothing trained (no record, no checkpoint)."""
+    files = {"<BAD>": tmp_path / "bad.json", "<EMPTY>": tmp_path / "empty.json",
+             "<YAML>": tmp_path / "bad.yaml", "<FILE>": tmp_path / "a_file"}
+    files["<BAD>"].write_text('[{"kind": "learn", "task": 0}, {"kind": "unlearn", "task": 1}]')
+    files["<EMPTY>"].write_text("[]")
+    files["<YAML>"].write_text("epochs: 1\nlr: [0.1\n")
+    files["<FILE>"].write_text("")
+
+    def real(text: str) -> str:
+        for name, path in files.items():
+            text = text.replace(name, str(path))
+        return text
+
+    args, message = [real(a) for a in args], real(message)
+    defaults = {"--methods": ["sequential"], "--seeds": ["0"], "--out": [str(tmp_path / "out")]}
+    for flag, value in defaults.items():
+        if flag not in args:
+            args += [flag, *value]
+    code, _, err = run_main([*args, *FAST], capsys)
     assert code == 2
     assert err.count("\n") == 1 and message in err and err.startswith("table1.py: error: ")
-    assert not list((tmp_path / "out").rglob("*.json"))
+    assert not [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".ckpt")
+                and p not in files.values()]
 
 
 def test_killed_run_resumes_without_recomputing_or_corruption(tmp_path):

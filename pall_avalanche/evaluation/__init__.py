@@ -6,13 +6,22 @@ from pall_avalanche.evaluation.metrics import (
     model_size_mb,
     summarize_metrics,
 )
-from pall_avalanche.evaluation.plugin import RequestEvaluationPlugin, evaluate_tasks
+from pall_avalanche.evaluation.plugin import (
+    LearningWarning,
+    RequestEvaluationPlugin,
+    balanced_accuracy,
+    evaluate_tasks,
+    learning_failed,
+)
 
 __all__ = [
+    "LearningWarning",
     "METRIC_NAMES",
     "RequestEvaluationPlugin",
+    "balanced_accuracy",
     "compute_metrics",
     "evaluate_tasks",
+    "learning_failed",
     "model_size_mb",
     "summarize_metrics",
 ]

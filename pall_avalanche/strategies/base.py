@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
-from avalanche.core import SupervisedPlugin
 from avalanche.models.utils import avalanche_forward
 from avalanche.training.templates import SupervisedTemplate
 from avalanche.training.utils import trigger_plugins
@@ -31,6 +30,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
@@ -38,20 +38,6 @@ from pall_avalanche.streams import UnlearnExperience
 __all__ = ["LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
 
 LR_SCHEDULES = ("constant", "cosine")
-
-
-class UnlearningPlugin(SupervisedPlugin, Stateful):
-    """A supervised plugin that can also react to unlearning requests.
-
-    Stateful plugins list what outlives a request in ``checkpoint_attributes``
-    (:class:`~pall_avalanche.checkpoint.Stateful`: ``state_dict`` / ``load_state_dict``).
-    """
-
-    def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
-        """Called before ``task`` leaves ``strategy.active_tasks``."""
-
-    def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
-        """Called after the strategy unlearned ``task``."""
 
 
 class _CosineEpochSchedule(UnlearningPlugin):
