@@ -44,6 +44,8 @@ FLAG_KEYS = {
     "n_retrain_iters": "n_retrain_iters",
     "buffer_size": "buffer_size",
     "beta": "beta",
+    "amp": "amp",
+    "channels_last": "channels_last",
 }
 
 
@@ -73,6 +75,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="total episodic memory, split over the tasks (PALL, ER, DER++, GEM)")
     parser.add_argument("--beta", type=float,
                         help="β, weight of the logit-MSE rehearsal term (PALL, DER++)")
+    parser.add_argument("--amp", choices=["bf16"],
+                        help="bfloat16 autocast for the training forward passes (recorded in "
+                             "the configuration as amp)")
+    parser.add_argument("--channels-last", action="store_const", const=True,
+                        help="channels-last memory layout (recorded as channels_last)")
     parser.add_argument("--data-root", help="folder of the dataset files (default ./data)")
     parser.add_argument("--train-per-task", type=int,
                         help="subsample each task's training set (reduced CPU runs)")

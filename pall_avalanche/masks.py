@@ -297,8 +297,9 @@ class MaskSet:
 class SubnetworkNet(MultiTaskModule):
     """A task-incremental network evaluated through per-task subnetwork masks.
 
-    - A task with a stored mask runs with ``w ⊙ m_t`` on its maskable parameters (the bool
-      masks are unpacked once per task and cached until the masks change).
+    - A task with a stored mask runs with ``w ⊙ m_t`` on its maskable parameters. Masks stay
+      bit-packed; only the :attr:`unpacked_cache` most recently used ones are kept unpacked
+      (bool, on the weights' device), so memory does not grow with the number of tasks.
     - The task being learned (``learning_task``, with ``scores`` set) runs with the
       straight-through top-k mask of its scores at connectivity ``alpha`` (or, when
       :meth:`start_learning` got ``eligible`` and ``keep``, of ``keep[name]`` eligible
@@ -335,6 +336,8 @@ class SubnetworkNet(MultiTaskModule):
         self.eligible: dict[str, torch.Tensor] | None = None
         #: name → entries kept per slice (with ``eligible``).
         self.keep: dict[str, list[int]] | None = None
+        #: How many tasks' masks are kept unpacked at once (least recently used dropped).
+        self.unpacked_cache = 2
         self._cache: dict[int, dict[str, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ parameters
@@ -453,9 +456,13 @@ class SubnetworkNet(MultiTaskModule):
     def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
         """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""
         device = self.weight(HEAD).device
-        if task not in self._cache or self._cache[task][HEAD].device != device:
-            self._cache[task] = self.masks[task].bools(device)
-        return self._cache[task]
+        masks = self._cache.pop(task, None)
+        if masks is None or masks[HEAD].device != device:
+            masks = self.masks[task].bools(device)
+        self._cache[task] = masks                       # now the most recently used
+        while len(self._cache) > self.unpacked_cache:
+            del self._cache[next(iter(self._cache))]    # the least recently used
+        return masks
 
     # ------------------------------------------------------------------ forward
     def masked_parameters(self, task: int) -> dict[str, torch.Tensor]:

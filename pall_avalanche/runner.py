@@ -11,7 +11,9 @@ request and, when the file exists, resumes after its last finished request; the 
 one an uninterrupted run gives (timings and ``finished_at`` aside) and lists in
 ``resumed_after`` the request counts it resumed at. :func:`run_experiments` keeps the
 checkpoint next to the record (``seed<k>.ckpt``) and deletes it once the record is written;
-with ``jobs > 1`` it runs the (method, seed) pairs in parallel processes.
+with ``jobs > 1`` it runs the (method, seed) pairs in parallel processes; with
+``device="cuda"`` and several visible GPUs each worker takes its own, round-robin
+(:func:`worker_device`).
 
 Several processes on one results folder (W&B sweep agents, shells, hosts sharing a file
 system) split the work instead of each computing everything:
@@ -98,7 +100,7 @@ from pall_avalanche.streams import RequestStream
 from pall_avalanche.wandb_logging import WandbSettings, default_group, wandb_run
 
 __all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "checkpoint_path", "lock_path", "record_path",
-           "run_experiments", "run_record", "seed_everything"]
+           "run_experiments", "run_record", "seed_everything", "worker_device"]
 
 RECORD_FORMAT = 1
 #: How often a run waiting for records locked by another process looks again (seconds).
@@ -363,13 +365,39 @@ def _unsaved(path: Path, record: dict, err: OSError) -> OSError:
     return OSError(f"could not write the record {path} ({type(err).__name__}: {err}); {kept}")
 
 
-def _init_worker(threads: int, parent: int | None = None) -> None:
-    """Set up a worker process: torch threads, and exit as soon as the parent is gone.
+def worker_device(device: str | torch.device, ordinal: int, n_visible: int) -> str:
+    """The device of the ``ordinal``-th worker of a pool: with ``device`` ``"cuda"`` (no
+    index) and several visible GPUs, the workers take them round-robin (``cuda:<ordinal mod
+    n_visible>``); any other device is used as given.
+
+    :param device: the run's device (``--device``).
+    :param ordinal: the worker's number, 0, 1, ... in start order.
+    :param n_visible: the number of visible CUDA devices.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and n_visible > 1:
+        return f"cuda:{ordinal % n_visible}"
+    return str(device)
+
+
+def _init_worker(threads: int, parent: int | None = None, device: str = "cpu",
+                 started=None) -> None:
+    """Set up a worker process: torch threads, its own GPU (:func:`worker_device`: the
+    current CUDA device, so ``"cuda"`` means it), and exit as soon as the parent is gone.
 
     :param threads: torch's intra-op threads.
     :param parent: the pid of the process that started the pool.
+    :param device: the run's device.
+    :param started: a shared counter of the workers started so far (gives the ordinal).
     """
     torch.set_num_threads(threads)
+    if started is not None and torch.device(device).type == "cuda":
+        with started.get_lock():
+            ordinal = started.value
+            started.value += 1
+        mine = torch.device(worker_device(device, ordinal, torch.cuda.device_count()))
+        if mine.index is not None:
+            torch.cuda.set_device(mine)
     _exit_with_parent(parent)
 
 
@@ -446,7 +474,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     :param device: where to train.
     :param show_progress: progress bars.
     :param jobs: run the missing records in this many parallel processes (spawned; each uses
-        ``max(1, cpu_count // jobs)`` torch threads). The records are the same as with 1.
+        ``max(1, cpu_count // jobs)`` torch threads and, with ``device="cuda"`` on a machine
+        with several GPUs, its own GPU). The records are the same as with 1.
     :param checkpoints: checkpoint every run after each request next to its record and resume
         from such a checkpoint (:func:`run_record`); ``False``: neither.
     :param wandb: W&B settings: one W&B run per new record (reused records are not logged
@@ -494,7 +523,7 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
 
     if missing:
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
-                                    show_progress=show_progress))
+                                    show_progress=show_progress, device=device))
     return [records[pair] for pair in pairs]
 
 
@@ -592,7 +621,8 @@ class _WaitNote:
 def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Path],
                  usable: Callable[[dict | None], bool],
                  arguments: Callable[[tuple[str, int], bool], tuple], *, jobs: int,
-                 show_progress: bool) -> dict[tuple[str, int], dict]:
+                 show_progress: bool, device: str | torch.device = "cpu"
+                 ) -> dict[tuple[str, int], dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
@@ -629,10 +659,11 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     bar.update()
                     continue
                 if pool is None:
+                    context = get_context("spawn")
                     pool = ProcessPoolExecutor(
-                        max_workers=workers, mp_context=get_context("spawn"),
-                        initializer=_init_worker,
-                        initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid()))
+                        max_workers=workers, mp_context=context, initializer=_init_worker,
+                        initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid(),
+                                  str(device), context.Value("i", 0)))
                 running[pool.submit(_run_in_worker, *arguments(pair, False),
                                     heartbeat=lock.refresh)] = pair
             if running:

@@ -201,3 +201,13 @@ def test_cli_jobs_and_no_checkpoint_flags():
     assert run_options(parser.parse_args([]))["jobs"] == 1
     with pytest.raises(SystemExit):
         parser.parse_args(["--jobs", "0"])
+
+
+def test_workers_take_the_visible_gpus_round_robin():
+    from pall_avalanche.runner import worker_device
+
+    assert [worker_device("cuda", k, 4) for k in range(6)] == [
+        "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
+    assert [worker_device("cuda", k, 1) for k in range(3)] == ["cuda"] * 3   # one GPU: shared
+    assert worker_device("cuda:2", 5, 4) == "cuda:2"                          # pinned by user
+    assert worker_device("cpu", 3, 4) == "cpu"

@@ -23,9 +23,12 @@ def pall(model="mlp", **overrides):
     return make_strategy("pall", model=model, **{**PALL, **overrides})
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
-def test_learning_never_moves_entries_of_learned_tasks(model):
-    strategy, bm, evaluation = pall(model)
+@pytest.mark.parametrize("model, amp", [("mlp", None), ("cnn", None), ("cnn", "bf16")])
+def test_learning_never_moves_entries_of_learned_tasks(model, amp):
+    strategy, bm, evaluation = pall(model, amp=amp, channels_last=amp is not None)
+    dtypes = []
+    strategy.model.net.backbone[0].register_forward_hook(
+        lambda _m, _i, out: dtypes.append(out.dtype) if torch.is_grad_enabled() else None)
     requests = seq("L0 L1 L2")
     stream = RequestStream(bm, requests)
     strategy.train(stream[0])
@@ -39,6 +42,8 @@ def test_learning_never_moves_entries_of_learned_tasks(model):
         assert moved.count() > 0
     assert torch.equal(predictions(strategy.model, bm, 0), logits0)
     assert compute_metrics(evaluation.accuracy, requests)["F_l"] == 0.0
+    # the training forward passes ran in the precision asked for
+    assert set(dtypes) == {torch.bfloat16 if amp else torch.float32}
 
 
 def test_learning_redraws_everything_outside_the_masks():
@@ -57,9 +62,9 @@ def test_learning_redraws_everything_outside_the_masks():
             assert int(m.sum()) == n - round((1 - PALL["alpha"]) * (n - 1))
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
-def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(model):
-    strategy, bm, _ = pall(model)
+@pytest.mark.parametrize("model, amp", [("mlp", None), ("cnn", None), ("cnn", "bf16")])
+def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(model, amp):
+    strategy, bm, _ = pall(model, amp=amp)
     stream = RequestStream(bm, seq("L0 L1 L2 U0"))
     for exp in stream[:3]:
         strategy.train(exp)

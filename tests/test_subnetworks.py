@@ -192,3 +192,17 @@ def test_dynamic_sparse_refuses_a_sixth_learning_request():
         strategy.train(exp)
     with pytest.raises(ValueError, match=r"learning request 6 \(task 2\): dynamic sparse"):
         strategy.train(bm.train_stream[2])
+
+
+def test_only_the_most_recently_used_masks_stay_unpacked():
+    strategy, bm, _ = make_strategy("wsn", epochs=1)
+    for exp in bm.train_stream[:4]:
+        strategy.train(exp)
+    net = strategy.model
+    assert net.unpacked_cache == 2
+    for task in (0, 1, 2, 3, 1):
+        masks = net.bool_mask(task)
+        expected = {name: net.masks[task].to_bool(name) for name in net.shapes}
+        assert all(torch.equal(masks[n], expected[n]) for n in expected)
+        assert len(net._cache) <= 2
+    assert list(net._cache) == [3, 1]            # least recently used first

@@ -35,9 +35,11 @@ from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
 
-__all__ = ["LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
+__all__ = ["AMP_MODES", "LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
 
 LR_SCHEDULES = ("constant", "cosine")
+#: Mixed precision of the training forward passes: none, or bfloat16 autocast.
+AMP_MODES = (None, "bf16")
 
 
 class _CosineEpochSchedule(UnlearningPlugin):
@@ -64,6 +66,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     :param lr_schedule: ``"constant"`` (default) or ``"cosine"`` (per-epoch annealing within
         each learning request; the paper's TinyImageNet schedule).
+    :param amp: ``"bf16"``: the learning requests' training forward passes run under bfloat16
+        autocast (weights, gradients, optimizer state, masks and every exactness property stay
+        as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
+    :param channels_last: keep the model and 4-d inputs in channels-last memory layout (a
+        speed option; results equal up to floating-point reduction order).
     """
 
     PLUGIN_CLASS = UnlearningPlugin
@@ -75,9 +82,13 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
-                 **kwargs) -> None:
+                 amp: str | None = None, channels_last: bool = False, **kwargs) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule={lr_schedule!r} is invalid; valid: {LR_SCHEDULES}")
+        if amp not in AMP_MODES:
+            raise ValueError(f"amp={amp!r} is invalid; valid: {AMP_MODES}")
+        self.amp = amp
+        self.channels_last = bool(channels_last)
         plugins = list(kwargs.pop("plugins", None) or [])
         if lr_schedule == "cosine":
             plugins.insert(0, _CosineEpochSchedule())
@@ -114,11 +125,22 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     def forward(self):
         """The mini-batch's forward pass. An experience holds one task, so its label goes to
-        the model as an ``int``: no per-batch host-device sync to split the batch by task."""
+        the model as an ``int``: no per-batch host-device sync to split the batch by task.
+        With ``amp="bf16"`` it runs under bfloat16 autocast and returns float32 logits (the
+        loss, the backward pass and the weights stay float32)."""
         labels = getattr(self.experience, "task_labels", None)
-        if labels is not None and len(labels) == 1:
-            return avalanche_forward(self.model, self.mb_x, int(labels[0]))
-        return super().forward()
+        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
+                            enabled=self.amp == "bf16"):
+            if labels is not None and len(labels) == 1:
+                out = avalanche_forward(self.model, self.mb_x, int(labels[0]))
+            else:
+                out = super().forward()
+        return out.float()
+
+    def _unpack_minibatch(self) -> None:
+        super()._unpack_minibatch()
+        if self.channels_last and self.mbatch[0].dim() == 4:
+            self.mbatch[0] = self.mbatch[0].contiguous(memory_format=torch.channels_last)
 
     def unlearn(self, task: int) -> None:
         """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
@@ -184,8 +206,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         self.optimizer = self.fresh_optimizer(self.optimizer_param_groups())
 
     def check_model_and_optimizer(self, **kwargs) -> None:
-        """Adapt the model to the experience, then build the request's fresh optimizer."""
+        """Adapt the model to the experience (in channels-last layout if asked), then build the
+        request's fresh optimizer."""
         self.model = self.model_adaptation()
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
         self.make_optimizer()
 
     # --------------------------------------------------------------- checkpoints
