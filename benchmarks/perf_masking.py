@@ -77,7 +77,7 @@ def synthetic_cifar(n_tasks: int, per_task: int, seed: int):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=12,
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default="resnet18", help="model name (default: resnet18)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default: 1, see above)")
+                        help="torch CPU threads (default: 1, see the notes below)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.iterations <= args.warmup:

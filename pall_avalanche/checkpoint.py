@@ -181,8 +181,8 @@ def restore_attribute(owner: object, name: str, encoded: Any, *, where: str) -> 
 
 # ----------------------------------------------------------------------- RNG
 def capture_rng_state() -> dict[str, Any]:
-    """The states of Python's, NumPy's and torch's (CPU, and every CUDA device if CUDA is
-    initialised) global random number generators, as plain data."""
+    """The states of Python's, NumPy's and torch's (CPU, and the current CUDA device if CUDA
+    is initialised) global random number generators, as plain data."""
     name, key, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -191,7 +191,7 @@ def capture_rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()    # the current device's: a run uses one
     return state
 
 
@@ -205,8 +205,8 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     np.random.set_state((numpy["name"], numpy["key"].numpy().astype(np.uint32), numpy["pos"],
                          numpy["has_gauss"], numpy["gauss"]))
     torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+    if "cuda" in state and torch.cuda.is_available():   # onto the current device
+        torch.cuda.set_rng_state(state["cuda"].cpu())
 
 
 # ---------------------------------------------------------------------- files
@@ -220,10 +220,13 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     write_atomic(path, lambda f: torch.save(dict(state), f), binary=True)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, device: str | torch.device | None = None
+                    ) -> dict[str, Any]:
     """The checkpoint at ``path``, loaded with ``weights_only=True``.
 
     :param path: the checkpoint file.
+    :param device: where its tensors go (the resuming run's device: a run resumed on another
+        GPU, or on the CPU, gets its state there); ``None``: where they were saved.
     :raises FileNotFoundError: there is no such file (nor other errors opening it).
     :raises CorruptFileError: the file is there but holds no checkpoint of this format
         (one-line message naming the file and the reason).
@@ -231,7 +234,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     with path.open("rb") as f:  # OSError (missing, permissions) is not corruption
         try:
-            state = torch.load(f, weights_only=True)
+            state = torch.load(f, weights_only=True, map_location=device)
         except Exception as err:  # whatever the bytes, they hold no checkpoint
             raise CorruptFileError(path, f"unreadable checkpoint ({type(err).__name__}: "
                                          f"{_one_line(err)})") from None

@@ -58,7 +58,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
-                             f"available methods: {', '.join(METHODS)} (default: all)")
+                             f"available methods: {', '.join(METHODS)} (default: "
+                             "%(default)s)")
     parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
                         help="seeds to run (default: the configuration's 'seeds')")
     parser.add_argument("--n-unlearn", type=int, help="N_u, unlearning requests per sequence")
@@ -227,11 +228,16 @@ def config_from_args(args: argparse.Namespace, config_dir: Path
 def main_guard(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None,
                *, prog: str) -> NoReturn:
     """Run ``main``; bad input ends the program with one line on stderr (``prog: error:
-    ...``) and exit code 2; warnings print as one line each (``prog: warning: ...``)."""
+    ...``) and exit code 2, a failure while running (a run that failed, a record that could
+    not be written: the message says where it was kept) with one line and exit code 1;
+    warnings print as one line each (``prog: warning: ...``)."""
     warnings.formatwarning = lambda message, *args, **kwargs: f"{prog}: warning: {message}\n"
     try:
         main(argv)
     except (ValueError, FileNotFoundError, InvalidRequestSequence) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except (OSError, RuntimeError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(0)

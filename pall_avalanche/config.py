@@ -18,6 +18,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,11 +221,12 @@ def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
                          f"{n_tasks} tasks can be unlearned")
     from pall_avalanche.data import BENCHMARKS
     from pall_avalanche.strategies import METHODS
-    classes = BENCHMARKS[resolved["benchmark"]].n_classes
-    if classes % n_tasks:
+    spec = BENCHMARKS[resolved["benchmark"]]
+    classes = spec.n_classes
+    if n_tasks not in spec.valid_n_tasks():
         raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
-                         f"{resolved['benchmark']!r}: its {classes} classes must split evenly "
-                         "into the tasks")
+                         f"{resolved['benchmark']!r}: its {classes} classes split evenly into "
+                         f"{spec.valid_n_tasks()} tasks")
     per_class = classes // n_tasks
     buffer = resolved.get("buffer_size")
     if method in METHODS and "buffer_size" in METHODS[method].params and buffer is not None \
@@ -242,7 +244,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"configuration file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _load_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -254,13 +256,28 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e-3`` as a number as YAML 1.2 does (YAML 1.1, which
+    PyYAML follows, wants ``1.0e-3`` and reads ``1e-3`` as a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: plain data only
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"key=value"`` → (key, value), the value parsed as YAML (``0.1`` → float, ``null`` →
-    None, ``[1, 2]`` → list). Dotted keys reach nested entries: ``methods.er.lr=0.001``."""
+    """``"key=value"`` → (key, value), the value parsed as YAML (``0.1`` and ``1e-3`` → float,
+    ``null`` → None, ``[1, 2]`` → list). Dotted keys reach nested entries:
+    ``methods.er.lr=0.001``."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ValueError(f"override {text!r} is not of the form KEY=VALUE")
-    return key.strip(), yaml.safe_load(value)
+    return key.strip(), _load_yaml(value)
 
 
 def apply_overrides(config: Mapping[str, Any], overrides: Iterable[tuple[str, Any]]

@@ -41,9 +41,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LOCK_STALE_SECONDS", "CorruptFileError", "RecordLock", "RunWarning", "acquire_lock",
-           "file_mode", "load_record", "read_record", "set_aside", "write_atomic",
-           "write_json_atomic", "write_text_atomic"]
+__all__ = ["LOCK_STALE_SECONDS", "CorruptFileError", "LockLostError", "RecordLock", "RunWarning",
+           "acquire_lock", "file_mode", "load_record", "read_record", "set_aside",
+           "write_atomic", "write_json_atomic", "write_text_atomic"]
 
 #: A lock not refreshed for this long is stale whoever holds it (seconds; 6 hours).
 LOCK_STALE_SECONDS = 6 * 3600
@@ -51,6 +51,10 @@ LOCK_STALE_SECONDS = 6 * 3600
 UNREADABLE_LOCK_SECONDS = 60
 #: The keys a complete record has.
 REQUIRED_KEYS = ("method", "seed", "requests", "accuracy", "metrics")
+
+
+class LockLostError(RuntimeError):
+    """A record's lock was broken while its owner was still computing the record."""
 
 
 class RunWarning(UserWarning):
@@ -261,10 +265,18 @@ class RecordLock:
         return info is not None and info.get("token") == self.token
 
     def refresh(self) -> None:
-        """Set the lock's modification time to now, the sign that its owner is alive."""
-        if self.held():
-            with contextlib.suppress(OSError):
-                os.utime(self.path)
+        """Set the lock's modification time to now, the sign that its owner is alive.
+
+        :raises LockLostError: the lock was broken (its owner looked dead, e.g. suspended for
+            longer than the stale age) and may be another process's now: this process must
+            stop computing the record rather than write beside the new owner.
+        """
+        if not self.held():
+            raise LockLostError(f"the lock {self.path} is no longer this process's (it was "
+                                "broken as stale); stopped computing its record, which its new "
+                                "owner computes")
+        with contextlib.suppress(OSError):
+            os.utime(self.path)
 
     def release(self) -> None:
         """Delete the lock file if it is still this lock."""

@@ -190,6 +190,7 @@ def format_mean_std(mean: float | None, std: float | None, digits: int = 2) -> s
     """``"94.50 ± 0.31"``; ``"—"`` when undefined; the mean alone for one seed."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "—"
+    mean = round(float(mean), digits) + 0.0           # + 0.0: no "-0.00"
     if std is None or (isinstance(std, float) and math.isnan(std)):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
@@ -273,13 +274,59 @@ def _latex_escape(text: str) -> str:
         "\x00", r"$\bar{\theta}$")
 
 
+#: Metric names in headers, typeset in math mode (longest first: F_u^max before F_u).
+_LATEX_METRICS = {"F_u^max": r"$F_u^{\max}$", "A_l^min": r"$A_l^{\min}$", "A_l": "$A_l$",
+                  "A_u": "$A_u$", "F_l": "$F_l$", "F_u": "$F_u$"}
+
+
+def _latex_header(text: str) -> str:
+    """A column header in LaTeX: metric names in math mode, the rest escaped."""
+    parts = [text]
+    for name in _LATEX_METRICS:
+        parts = [piece for part in parts for piece in
+                 ([part] if part in _LATEX_METRICS else _split_keep(part, name))]
+    return "".join(_LATEX_METRICS.get(part) or _latex_escape(part) for part in parts if part)
+
+
+def _split_keep(text: str, token: str) -> list[str]:
+    """``text`` split around ``token``, the tokens kept as their own pieces."""
+    pieces = text.split(token)
+    return [x for i, piece in enumerate(pieces) for x in ((token, piece) if i else (piece,))]
+
+
+#: What each column symbol means, printed under every table that shows it.
+LEGEND = {
+    "A_l": "A_l ↑: mean accuracy (%) on the tasks still learned at the end",
+    "A_u": "A_u ↓: mean accuracy on the unlearned tasks; *Exact* (x): the method unlearns "
+           "exactly, so A_u is chance by design (x: the measured value)",
+    "F_l": "F_l ↓: mean drop of the learned tasks' accuracy when a new task is learned",
+    "F_u": "F_u ↓: mean drop of the remaining tasks' accuracy when a task is unlearned",
+    "F_u^max": "F_u^max ↓: the largest such drop of any task at any unlearning request",
+    "A_l^min": "A_l^min: the worst A_l over seeds",
+}
+
+
+def legend(cells: pd.DataFrame) -> str:
+    """The legend of the metric symbols among ``cells``' headers (one Markdown line each),
+    plus how cells read; empty when the table shows no metric."""
+    headers = " ".join(map(str, cells.columns))
+    found = [name for name in LEGEND if name in headers.replace("F_u^max", "")
+             or (name == "F_u^max" and "F_u^max" in headers)]
+    if not found:
+        return ""
+    lines = [LEGEND[name] for name in found]
+    lines.append("Cells: mean ± standard deviation over seeds; — undefined (e.g. A_u without "
+                 "an unlearning request)")
+    return "\n" + "".join(f"- {line}\n" for line in lines)
+
+
 def to_latex(cells: pd.DataFrame, caption: str = "") -> str:
     """A booktabs ``tabular`` of string cells (the paper's table style), with ``caption`` as
     a LaTeX comment above it."""
     spec = "l" + "c" * (len(cells.columns) - 1)
     lines = [f"% {caption}"] if caption else []
     lines += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-              " & ".join(_latex_escape(str(c)) for c in cells.columns) + r" \\", r"\midrule"]
+              " & ".join(_latex_header(str(c)) for c in cells.columns) + r" \\", r"\midrule"]
     lines += [" & ".join(_latex_escape(str(v)) for v in row) + r" \\"
               for row in cells.itertuples(index=False)]
     lines += [r"\bottomrule", r"\end{tabular}"]
@@ -331,11 +378,11 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
 
 def write_report(stem: str | Path, *, preamble: str, numbers: pd.DataFrame,
                  cells: pd.DataFrame, caption: str = "") -> str:
-    """Write ``<stem>.csv`` (the numbers), ``<stem>.md`` (preamble + Markdown table) and
-    ``<stem>.tex`` (the preamble as comments + booktabs table), each atomically; return the
-    Markdown."""
+    """Write ``<stem>.csv`` (the numbers), ``<stem>.md`` (preamble + Markdown table +
+    :func:`legend`) and ``<stem>.tex`` (the preamble as comments + booktabs table), each
+    atomically; return the Markdown."""
     stem = Path(stem)
-    markdown = preamble + to_markdown(cells)
+    markdown = preamble + to_markdown(cells) + legend(cells)
     write_text_atomic(stem.with_name(stem.name + ".csv"), numbers.to_csv(index=False))
     write_text_atomic(stem.with_name(stem.name + ".md"), markdown)
     comments = "".join(f"% {line}\n" for line in preamble.strip().splitlines() if line.strip())
@@ -563,7 +610,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     ``--table1``, the paper's Table 1 with the benchmarks side by side
     (:func:`table1_side_by_side`)."""
     parser = Parser(prog="python -m pall_avalanche.report",
-                    description=main.__doc__.split("\n")[0], epilog=_TABLE1_HELP,
+                    description=" ".join(main.__doc__.split("\n\n")[0].split()),
+                    epilog=_TABLE1_HELP,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, nargs="+",
                         help="folders of result records (seed*.json), searched recursively")

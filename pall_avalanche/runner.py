@@ -207,7 +207,7 @@ def run_record(method: str, seed: int, config: dict, *,
                 "requests": sequence.to_list(),
                 **({"train_seed": train_seed} if train_seed is not None else {})}
     done, resumed_after = 0, []
-    state = _resumable_checkpoint(checkpoint) if checkpoint is not None else None
+    state = _resumable_checkpoint(checkpoint, device) if checkpoint is not None else None
     if state is not None:
         different = [key for key, value in identity.items() if state.get(key) != value]
         if different:
@@ -267,11 +267,11 @@ def run_record(method: str, seed: int, config: dict, *,
     }
 
 
-def _resumable_checkpoint(checkpoint: str | Path) -> dict | None:
+def _resumable_checkpoint(checkpoint: str | Path, device: torch.device) -> dict | None:
     """The checkpoint to resume from: ``None`` if there is none (also if it vanished just
     now); a corrupt one is set aside (``.corrupt``) with a one-line warning, ``None``."""
     try:
-        return load_checkpoint(checkpoint)
+        return load_checkpoint(checkpoint, device)
     except FileNotFoundError:
         return None
     except CorruptFileError as err:
@@ -391,6 +391,9 @@ def _init_worker(threads: int, parent: int | None = None, device: str = "cpu",
     :param started: a shared counter of the workers started so far (gives the ordinal).
     """
     torch.set_num_threads(threads)
+    # a worker's own warnings (e.g. a failed learning request) print as one line, as the
+    # parent's do
+    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
     if started is not None and torch.device(device).type == "cuda":
         with started.get_lock():
             ordinal = started.value
@@ -513,7 +516,9 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
             # delete an orphan checkpoint and temporaries if no live owner holds the lock;
             # best effort: a read-only results folder is still read
             with contextlib.suppress(OSError):
-                _claim(path, usable)
+                lock, _ = _claim(path, usable)
+                if lock is not None:        # the record changed meanwhile: computed below
+                    lock.release()
     missing = [pair for pair in pairs if not usable(records[pair])]
 
     def arguments(pair: tuple[str, int], progress: bool) -> tuple:

@@ -141,6 +141,20 @@ def test_format_wide_markdown_latex_and_write(tmp_path):
     assert (tmp_path / "t.md").read_text().startswith("# T\n")
     assert pd.read_csv(tmp_path / "t.csv")["A_l_mean"].tolist() == [85.0, 80.0]
     assert (tmp_path / "t.tex").read_text().startswith("% # T\n")
+    # the legend explains every metric column shown, and only those
+    markdown = (tmp_path / "t.md").read_text()
+    assert "- A_l ↑: mean accuracy (%) on the tasks still learned at the end" in markdown
+    assert "*Exact* (x): the method unlearns exactly" in markdown and "F_l ↓:" not in markdown
+
+
+def test_no_negative_zero_and_metrics_in_math_mode():
+    assert report.format_mean_std(-0.004, 0.01) == "0.00 ± 0.01"
+    assert report.format_mean_std(-0.006, None) == "-0.01"
+    cells = pd.DataFrame({"Method": ["PALL"], "A_l^min": ["1"], "F_u^max ↓": ["2"],
+                          "cifar10 F_u ↓": ["3"]})
+    header = report.to_latex(cells).splitlines()[2]
+    assert header == (r"Method & $A_l^{\min}$ & $F_u^{\max}$ $\downarrow$ & "
+                      r"cifar10 $F_u$ $\downarrow$ \\")
 
 
 # Table 1 side by side: hand-made records of two benchmarks in two results folders.

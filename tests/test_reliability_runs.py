@@ -334,9 +334,9 @@ def test_a_checkpoint_that_vanishes_before_loading_means_none(tmp_path, monkeypa
     ckpt = tmp_path / "seed0.ckpt"
     ckpt.write_bytes(b"about to be deleted")
 
-    def vanished(path):  # another process deleted it between a look and the load
+    def vanished(path, device=None):  # another process deleted it between a look and the load
         Path(path).unlink()
-        return load_checkpoint(path)
+        return load_checkpoint(path, device)
 
     monkeypatch.setattr(runner, "load_checkpoint", vanished)
     record = runner.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt)
@@ -572,3 +572,17 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path):
         for worker in workers:
             if _running(worker):
                 worker.kill()
+
+
+def test_an_owner_whose_lock_was_broken_stops_when_it_notices(tmp_path):
+    from pall_avalanche.records import LockLostError, acquire_lock
+
+    path = tmp_path / "seed0.lock"
+    mine = acquire_lock(path)
+    mine.refresh()                                   # held: fine
+    path.unlink()                                    # broken by another process...
+    theirs = acquire_lock(path)                      # ...and taken
+    with pytest.raises(LockLostError, match="no longer this process's"):
+        mine.refresh()
+    mine.release()                                   # never deletes the new owner's lock
+    assert theirs.held()
