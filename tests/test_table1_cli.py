@@ -266,3 +266,17 @@ def test_table1_alphas_match_the_alpha_sweep():
             assert (record_path("out", "pall", 0, apply_overrides(config, [("alpha", alpha)]))
                     == record_path("out", "pall", 0, apply_overrides(
                         config, [("methods.pall.alpha", alpha)])))
+
+
+def test_reports_go_beside_the_records_unless_a_report_dir_is_given(tmp_path, capsys,
+                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)              # a checkout's committed reports/ would be here
+    (tmp_path / "reports").mkdir()
+    committed = tmp_path / "reports" / "table1_digits.md"
+    committed.write_text("the committed table\n")
+    code, _, _ = run_main(["--methods", "sequential", "--seeds", "0", "--out", "out", *FAST],
+                          capsys)
+    assert code == 0
+    assert committed.read_text() == "the committed table\n"
+    assert (tmp_path / "out" / "table1_digits.md").read_text().startswith("# Table 1")
+    assert {p.name for p in (tmp_path / "reports").iterdir()} == {"table1_digits.md"}
