@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from pall_avalanche.audit import (
     AUDIT_REQUESTS,
+    N_FOLDS,
     REFERENCE_SEED_OFFSET,
     audit_rows,
     interval_cell,
@@ -85,6 +87,11 @@ def main(argv=None) -> None:
     if args.n_unlearn is not None:
         raise ValueError(f"--n-unlearn={args.n_unlearn} does not apply: the audit replays the "
                          f"fixed sequence {' '.join(AUDIT_REQUESTS)} or --requests FILE")
+    if len(seeds) < N_FOLDS:
+        warnings.warn(f"--seeds: {len(seeds)} seed(s) are too few for the audit's {N_FOLDS}-fold "
+                      "cross-validation and bootstrap intervals over seeds (the intervals "
+                      "degenerate; an AUC may even fall outside its own interval); use at least "
+                      f"{N_FOLDS} seeds (the committed report uses 8)", UserWarning, stacklevel=2)
     if requests is None:
         requests = RequestSequence([Request("learn" if r[0] == "L" else "unlearn", int(r[1:]))
                                     for r in AUDIT_REQUESTS], config["n_tasks"])

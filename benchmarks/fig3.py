@@ -36,13 +36,13 @@ def main(argv=None) -> str:
     frame = summary_frame(records, ("point", "method", "n_unlearn"))
     cells = format_table(frame, {"A_l": "A_l ↑", "F_u": "F_u ↓"},
                          index={"label": "Method", "point": "N_u"})
+    title = f"Fig. 3 — A_l and F_u vs N_u ({run.config['benchmark']}, T={run.n_tasks})"
     return finish_report(
-        run, records, name=NAME, numbers=frame,
-        title=f"Fig. 3 — A_l and F_u vs N_u ({run.config['benchmark']}, T={run.n_tasks})",
+        run, records, name=NAME, numbers=frame, title=title,
         cells=wide_table(cells, row="Method", column="N_u"),
         notes=[f"PALL α = {run.config['alpha']:g}; N_u grid {grid}"],
         figures={"": lambda path: plot_metrics_vs(frame, "n_unlearn", ("A_l", "F_u"), path,
-                                                  xlabel="N_u")})
+                                                  xlabel="N_u", title=title)})
 
 
 def cli(argv=None) -> None:

@@ -22,7 +22,13 @@ from pathlib import Path
 from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
 from pall_avalanche.experiments import GridPoint, run_grid, start_script
-from pall_avalanche.report import provenance, table1_cells, table1_frame, write_report
+from pall_avalanche.report import (
+    epochs_per_task,
+    provenance,
+    table1_cells,
+    table1_frame,
+    write_report,
+)
 from pall_avalanche.strategies import TABLE1_ALPHAS
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
@@ -48,7 +54,7 @@ def main(argv=None) -> None:
     records = run_grid(points, run)
     frame = table1_frame(records, run.methods)
     title = (f"Table 1 — {config['benchmark']} (T={config['n_tasks']}, N_u="
-             f"{config['n_unlearn']}, model {config['model']}, {config['epochs']} epochs/task)")
+             f"{config['n_unlearn']}, model {config['model']}, {epochs_per_task(records)})")
     notes = [f"Records: `{run.args.out}`"]
     if "pall" in run.methods:
         notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "

@@ -64,8 +64,9 @@ def main(argv=None) -> str:
         run, records, name=NAME, numbers=frame, notes=notes,
         cells=wide_table(cells, row="Method", column="N_u"),
         title=f"Table A6 — scalability ({run.config['benchmark']}, T={t})",
-        figures={"": lambda path: plot_metrics_vs(frame, "n_unlearn", ("A_l", "F_u"), path,
-                                                  xlabel="N_u")})
+        figures={"": lambda path: plot_metrics_vs(
+            frame, "n_unlearn", ("A_l", "F_u"), path, xlabel="N_u",
+            title=f"Table A6 — A_l and F_u vs N_u ({run.config['benchmark']}, T={t})")})
 
 
 def cli(argv=None) -> None:

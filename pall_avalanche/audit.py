@@ -54,6 +54,7 @@ from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 __all__ = [
     "AUDIT_REQUESTS",
     "AuditProbe",
+    "N_FOLDS",
     "ProvenanceTracker",
     "REFERENCE_SEED_OFFSET",
     "audit_rows",

@@ -45,6 +45,7 @@ from pall_avalanche.strategies import (
 
 __all__ = [
     "COLUMNS",
+    "epochs_per_task",
     "format_mean_std",
     "format_table",
     "label_rows",
@@ -71,6 +72,8 @@ COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓
 #: Per-unlearning-request statistics a strategy may store (PALL: Table A2).
 STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change")
 _TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")
+#: Heatmaps per row of :func:`plot_accuracy_heatmaps`' grid.
+HEATMAP_COLUMNS = 6
 #: The order of Table 1's rows: its methods, the ablations, then any other registered method.
 TABLE1_ORDER = tuple(dict.fromkeys([*TABLE1_METHODS, *ABLATION_METHODS, *METHODS]))
 #: Table 1's symbolic model sizes: the network (d), plus one mask per active task (M_i), one
@@ -333,6 +336,17 @@ def to_latex(cells: pd.DataFrame, caption: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def epochs_per_task(records: Sequence[dict]) -> str:
+    """``"10 epochs/task"``, or with per-method exceptions ``"10 epochs/task (ER: 5)"``: the
+    epochs the records' learning requests really ran (the most common count first)."""
+    by_method: dict[str, int] = {r["method"]: int(r["config"]["epochs"]) for r in records}
+    counts = list(by_method.values())
+    usual = max(set(counts), key=counts.count)
+    others = [f"{METHODS[m].label if m in METHODS else m}: {e}"
+              for m, e in by_method.items() if e != usual]
+    return f"{usual} epochs/task" + (f" ({', '.join(others)})" if others else "")
+
+
 def provenance(records: Sequence[dict], *, title: str, command: str,
                notes: Sequence[str] = (), changed: Iterable[str] = ()) -> str:
     """The Markdown preamble every report carries: title, exact command, scale (from the
@@ -467,12 +481,18 @@ def _pyplot():
 
 
 def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str = "") -> None:
-    """One heatmap per record (request × task accuracy, requests labelled L3/U1), side by
-    side; written atomically as PNG."""
+    """One heatmap per record (request × task accuracy, requests labelled L3/U1), every
+    record in a grid of at most :data:`HEATMAP_COLUMNS` per row; written atomically as PNG."""
     plt = _pyplot()
     n = len(records)
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.4), squeeze=False)
-    for ax, record in zip(axes[0], records, strict=True):
+    columns = min(n, HEATMAP_COLUMNS)
+    rows = math.ceil(n / columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.4 * rows),
+                             squeeze=False)
+    axes = grid.flatten()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    for ax, record in zip(axes, records, strict=False):
         acc = np.asarray(record["accuracy"], dtype=float)
         image = ax.imshow(acc, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         ax.set_yticks(range(len(record["requests"])),
@@ -482,7 +502,7 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
         ax.set_xlabel("task")
         ax.set_title(f"{record.get('point', '')} {METHODS[record['method']].label} "
                      f"s{record['seed']}".strip(), fontsize=8)
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="accuracy (%)")
+    fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="accuracy (%)")
     if title:
         fig.suptitle(title, fontsize=9)
     _save(fig, path)
@@ -504,8 +524,12 @@ def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: s
             ax.errorbar(part[x], mean, yerr=std, marker="o", capsize=3,
                         linestyle="-" if bool(part["exact"].iloc[0]) else "--",
                         label=part[line_key if line_key == "row" else "label"].iloc[0])
+        values = sorted(frame[x].dropna().unique())
+        if all(float(v).is_integer() for v in values):     # N_u, T: integer ticks only
+            ax.set_xticks(values, [str(int(v)) for v in values])
         ax.set_xlabel(xlabel or x)
         ax.set_ylabel(COLUMNS.get(metric, metric))
+        ax.set_title(f"{COLUMNS.get(metric, metric)} vs {xlabel or x}", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     if title:
@@ -658,7 +682,7 @@ def _results_report(records: list[dict], out: Path, title: str
     first = {}
     for record in records:
         first.setdefault((record["method"], record["point"]), record)
-    plot_accuracy_heatmaps(list(first.values())[:12], f"{out}_heatmaps.png", title)
+    plot_accuracy_heatmaps(list(first.values()), f"{out}_heatmaps.png", title)
     plot_timing_vs_tasks(records, f"{out}_timing.png", title)
     by_nu = summary_frame(records, ("method", "n_unlearn"))
     if by_nu["n_unlearn"].nunique() > 1:

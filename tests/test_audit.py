@@ -231,7 +231,9 @@ def test_audit_script_end_to_end(tmp_path, capsys):
     argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--quiet",
             "--set", "epochs=1", "--set", "train_per_task=40", "--set", "n_retrain_iters=5",
             "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
-    script.main(argv)
+    with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for the audit's "
+                                         r"5-fold cross-validation"):
+        script.main(argv)
     markdown = (tmp_path / "rep" / "audit_digits.md").read_text()
     assert f"Command: `python benchmarks/audit.py {' '.join(argv)}`" in markdown
     assert f"Audited sequence R: {' '.join(AUDIT_REQUESTS)}" in markdown

@@ -348,3 +348,12 @@ def test_bad_input_is_one_clear_error(tmp_path):
         _script("fig3").main([*TINY, "--n-unlearn-grid", "1", "2", "--set",
                               "methods.pall.n_unlearn=2", "--out", str(tmp_path)])
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_a_title_names_the_epochs_each_method_really_ran():
+    def record(method, epochs):
+        return {"method": method, "config": {"epochs": epochs}}
+
+    assert report.epochs_per_task([record("pall", 10), record("er", 10)]) == "10 epochs/task"
+    assert report.epochs_per_task([record("pall", 10), record("sequential", 10),
+                                   record("er", 5)]) == "10 epochs/task (ER: 5)"
