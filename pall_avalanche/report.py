@@ -487,8 +487,8 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
     n = len(records)
     columns = min(n, HEATMAP_COLUMNS)
     rows = math.ceil(n / columns)
-    fig, grid = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.4 * rows),
-                             squeeze=False)
+    fig, grid = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.8 * rows),
+                             squeeze=False, gridspec_kw={"hspace": 0.45})
     axes = grid.flatten()
     for ax in axes[n:]:
         ax.set_visible(False)
