@@ -17,11 +17,12 @@ side, as the paper prints Table 1: ``python -m pall_avalanche.report --table1 DI
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
-from pall_avalanche.experiments import GridPoint, run_grid, start_script
+from pall_avalanche.experiments import GridPoint, closing_summary, run_grid, start_script
 from pall_avalanche.report import (
     epochs_per_task,
     provenance,
@@ -67,6 +68,7 @@ def main(argv=None) -> None:
     log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
               markdown=markdown, group=default_group(config))
     print(markdown)
+    print(closing_summary(run.stats, records), file=sys.stderr)
 
 
 def cli(argv=None) -> None:

@@ -31,12 +31,14 @@ from pall_avalanche.config import apply_overrides, check_run_config, parse_overr
 from pall_avalanche.report import provenance, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runner import run_experiments
+from pall_avalanche.strategies import METHODS
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
 __all__ = [
     "CONFIG_DIR",
     "GridPoint",
     "ScriptRun",
+    "closing_summary",
     "finish_report",
     "run_grid",
     "script_parser",
@@ -83,6 +85,8 @@ class ScriptRun:
     requests: RequestSequence | None
     command: str
     explicit: set[str]
+    #: Records computed and reused so far (:func:`run_grid`), for :func:`closing_summary`.
+    stats: dict[str, int] = field(default_factory=dict)
 
     def default(self, key: str, value: Any) -> None:
         """Set configuration ``key`` to the script's default unless the user set it."""
@@ -180,10 +184,39 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
         if progress is not None:
             progress(point.label)
         for record in run_experiments(methods, run.seeds, config, run.args.out,
-                                      requests=requests, **options):
+                                      requests=requests, stats=run.stats, **options):
             records.append({**record, "point": point.label,
                             "point_overrides": dict(point.overrides)})
     return records
+
+
+def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
+    """One line for the end of a script: how many records were run and reused, the best mean
+    A_l and where the exact methods' A_u sits against chance."""
+    parts = [f"ran {stats.get('ran', 0)}, reused {stats.get('reused', 0)} records"]
+    settings: dict[str, set] = {}
+    for record in records:
+        settings.setdefault(record["method"], set()).add(record.get("point"))
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        method, setting = record["method"], record.get("point")
+        label = METHODS[method].label if method in METHODS else method
+        if len(settings[method]) > 1:       # name the setting only where a method has several
+            label = f"{label} ({setting})"
+        groups.setdefault(label, []).append(record)
+    a_l = {name: [r["metrics"]["A_l"] for r in rs if r["metrics"]["A_l"] is not None]
+           for name, rs in groups.items()}
+    a_l = {name: sum(v) / len(v) for name, v in a_l.items() if v}
+    if a_l:
+        best = max(a_l, key=a_l.get)
+        parts.append(f"best A_l {a_l[best]:.2f} ({best})")
+    exact = [r for r in records if r.get("exact") and r["metrics"]["A_u"] is not None]
+    if exact:
+        chance = 100.0 / exact[0]["split"]["classes_per_task"]
+        values = [r["metrics"]["A_u"] for r in exact]
+        parts.append(f"exact methods' A_u {sum(values) / len(values):.1f} % on average vs "
+                     f"chance {chance:.1f} %")
+    return "; ".join(parts)
 
 
 def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: str,
@@ -218,4 +251,5 @@ def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: 
     log_table(WandbSettings.from_args(run.args), stem.name, numbers, config=run.config,
               markdown=markdown, group=default_group(run.config))
     print(markdown)
+    print(closing_summary(run.stats, records), file=sys.stderr)
     return markdown

@@ -218,7 +218,8 @@ def run_record(method: str, seed: int, config: dict, *,
         done = state["requests_done"]
         resumed_after = [*state["resumed_after"], done]
     for index in tqdm(range(done, len(stream)), desc=f"{method} seed {seed}", leave=False,
-                      initial=done, total=len(stream), disable=not show_progress):
+                      initial=done, total=len(stream),
+                      disable=not (show_progress and sys.stderr.isatty())):
         strategy.train(stream[index])
         if checkpoint is not None:
             save_checkpoint(checkpoint, {
@@ -459,7 +460,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                     device: str | torch.device = "cpu", show_progress: bool = True,
                     jobs: int = 1, checkpoints: bool = True,
                     wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
-                    train_seed_offset: int | None = None) -> list[dict]:
+                    train_seed_offset: int | None = None,
+                    stats: dict[str, int] | None = None) -> list[dict]:
     """Run every (method, seed) pair not already recorded under ``out_dir``; return all the
     records (loaded or new), in (method, seed) order.
 
@@ -487,6 +489,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         ``probe`` is then run again.
     :param train_seed_offset: train seed ``s`` with training seed ``s + offset``
         (:func:`run_record`'s ``train_seed``; its own records); ``None``: the seed itself.
+    :param stats: counts added to (``ran``: records computed or waited for here, ``reused``:
+        records found finished), for a closing summary.
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -520,6 +524,9 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                 if lock is not None:        # the record changed meanwhile: computed below
                     lock.release()
     missing = [pair for pair in pairs if not usable(records[pair])]
+    if stats is not None:
+        stats["ran"] = stats.get("ran", 0) + len(missing)
+        stats["reused"] = stats.get("reused", 0) + len(pairs) - len(missing)
 
     def arguments(pair: tuple[str, int], progress: bool) -> tuple:
         method, seed = pair
@@ -623,6 +630,30 @@ class _WaitNote:
               f"{LOCK_POLL_SECONDS:g} s", file=sys.stderr, flush=True)
 
 
+class _Progress:
+    """Progress over records: a tqdm bar on a terminal; in a log (stderr not a terminal) one
+    plain line per finished record, without escape codes or carriage returns."""
+
+    def __init__(self, total: int, desc: str, show: bool) -> None:
+        self.total, self.desc, self.count = total, desc, 0
+        self.show, self.tty = show, sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, desc=desc, disable=not (show and self.tty))
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+
+    def update(self, pair: tuple[str, int], how: str = "done") -> None:
+        self.count += 1
+        self.bar.update()
+        if self.show and not self.tty:
+            print(f"{self.desc}: {self.count}/{self.total} {pair[0]} seed {pair[1]} {how} "
+                  f"({time.perf_counter() - self.start:.0f} s)", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Path],
                  usable: Callable[[dict | None], bool],
                  arguments: Callable[[tuple[str, int], bool], tuple], *, jobs: int,
@@ -638,8 +669,8 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
     workers = min(jobs, len(missing))
     pool: ProcessPoolExecutor | None = None
     note = _WaitNote()
-    bar = tqdm(total=len(missing), desc="runs" if jobs == 1 else f"runs ({jobs} jobs)",
-               disable=not show_progress)
+    bar = _Progress(len(missing), "runs" if jobs == 1 else f"runs ({jobs} jobs)",
+                    show_progress)
     try:
         while todo or running:
             for pair in list(todo):
@@ -651,7 +682,7 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                 todo.remove(pair)
                 if record is not None:
                     done[pair] = record
-                    bar.update()
+                    bar.update(pair, "written by another process")
                     continue
                 held[pair] = lock
                 if jobs == 1:
@@ -661,7 +692,7 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                                                     heartbeat=lock.refresh)
                     finally:
                         held.pop(pair).release()
-                    bar.update()
+                    bar.update(pair)
                     continue
                 if pool is None:
                     context = get_context("spawn")
@@ -682,7 +713,7 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     done[pair], messages = future.result()
                     for message in messages:
                         warnings.warn(message, RunWarning, stacklevel=3)
-                    bar.update()
+                    bar.update(pair)
             elif todo:
                 note.show([paths[pair] for pair in todo])
                 time.sleep(LOCK_POLL_SECONDS)

@@ -357,3 +357,18 @@ def test_a_title_names_the_epochs_each_method_really_ran():
     assert report.epochs_per_task([record("pall", 10), record("er", 10)]) == "10 epochs/task"
     assert report.epochs_per_task([record("pall", 10), record("sequential", 10),
                                    record("er", 5)]) == "10 epochs/task (ER: 5)"
+
+
+def test_closing_summary_counts_runs_and_names_the_best():
+    from pall_avalanche.experiments import closing_summary
+
+    def record(method, point, a_l, a_u, exact):
+        return {"method": method, "point": point, "exact": exact,
+                "metrics": {"A_l": a_l, "A_u": a_u}, "split": {"classes_per_task": 2}}
+
+    records = [record("sequential", "Table 1", 80.0, 90.0, False),
+               record("pall", "α=0.1", 96.0, 40.0, True), record("pall", "α=0.1", 98.0, 60.0, True),
+               record("pall", "α=0.2", 95.0, 52.0, True)]
+    assert closing_summary({"ran": 3, "reused": 1}, records) == (
+        "ran 3, reused 1 records; best A_l 97.00 (PALL (α=0.1)); exact methods' A_u 50.7 % on "
+        "average vs chance 50.0 %")

@@ -280,3 +280,18 @@ def test_reports_go_beside_the_records_unless_a_report_dir_is_given(tmp_path, ca
     assert committed.read_text() == "the committed table\n"
     assert (tmp_path / "out" / "table1_digits.md").read_text().startswith("# Table 1")
     assert {p.name for p in (tmp_path / "reports").iterdir()} == {"table1_digits.md"}
+
+
+def test_a_log_gets_plain_progress_lines_and_a_closing_summary(tmp_path, capsys):
+    # stderr is not a terminal under pytest: no bars, no escape codes, one line per record
+    code, _, err = run_main(["--methods", "sequential,independent", "--seeds", "0", "--out",
+                             str(tmp_path / "out"), *[a for a in FAST if a != "--quiet"]],
+                            capsys)
+    assert code == 0 and "\r" not in err and "\x1b" not in err
+    lines = err.splitlines()
+    assert "runs: 1/2 sequential seed 0 done" in lines[0]
+    assert "runs: 2/2 independent seed 0 done" in lines[1]
+    assert lines[-1].startswith("ran 2, reused 0 records; best A_l ")
+    code, _, err = run_main(["--methods", "sequential,independent", "--seeds", "0", "--out",
+                             str(tmp_path / "out"), *FAST], capsys)
+    assert err.splitlines()[-1].startswith("ran 0, reused 2 records")
