@@ -10,15 +10,19 @@ Conventions shared by all methods (docs/fidelity.md, "Baselines"):
 
 - ``active_tasks`` is Ω in learning order: a task joins after its training experience
   (before the ``after_training_exp`` plugins run) and leaves before ``_unlearn`` runs.
-- Every learning request starts from a fresh optimizer of the class and hyper-parameters of
-  the one given to the constructor (no momentum or Adam state is carried over); retraining
-  loops get theirs from :meth:`UnlearningTemplate.fresh_optimizer`.
+- Every learning request starts from fresh optimizer state (no momentum or Adam state is
+  carried over) in the very optimizer object given to the constructor
+  (:meth:`UnlearningTemplate.renew_optimizer`), so a scheduler the user or Avalanche's
+  ``LRSchedulerPlugin`` holds keeps driving the learning rate that trains; retraining loops
+  (no scheduler, as in the paper) get a separate one from
+  :meth:`UnlearningTemplate.fresh_optimizer`.
 - ``lr_schedule="cosine"`` anneals the learning rate per epoch within each request.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 import torch
@@ -43,7 +47,8 @@ AMP_MODES = (None, "bf16")
 
 
 class _CosineEpochSchedule(UnlearningPlugin):
-    """Cosine annealing of every parameter group's learning rate over the request's epochs."""
+    """Cosine annealing of every parameter group's learning rate over the request's epochs;
+    the learning rates go back to their values at the request's start when it ends."""
 
     def before_training_exp(self, strategy, **kwargs) -> None:
         self.base_lrs = [group["lr"] for group in strategy.optimizer.param_groups]
@@ -53,6 +58,10 @@ class _CosineEpochSchedule(UnlearningPlugin):
                                      / strategy.train_epochs))
         for group, base in zip(strategy.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * factor
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        for group in strategy.optimizer.param_groups:
+            group["lr"] = self.base_lrs[0]
 
 
 class UnlearningTemplate(SupervisedTemplate, Stateful):
@@ -203,7 +212,20 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         return float(self._optimizer_defaults.get("weight_decay", 0.0))
 
     def make_optimizer(self, **kwargs) -> None:
-        self.optimizer = self.fresh_optimizer(self.optimizer_param_groups())
+        self.renew_optimizer(self.optimizer_param_groups())
+
+    def renew_optimizer(self, param_groups: list[dict]) -> None:
+        """Give the optimizer the user passed (the object an LR scheduler or the user's own code
+        holds) fresh state for a new phase of training: no momentum or Adam moments carried
+        over, ``param_groups`` as its groups, each with the constructor's hyper-parameters and
+        the learning rate the optimizer has now (so a scheduler's value carries over)."""
+        optimizer = self.optimizer
+        current = {key: optimizer.param_groups[0][key] for key in ("lr", "initial_lr")
+                   if optimizer.param_groups and key in optimizer.param_groups[0]}
+        optimizer.state = defaultdict(dict)
+        optimizer.param_groups = []
+        for group in param_groups:
+            optimizer.add_param_group({**current, **group})
 
     def check_model_and_optimizer(self, **kwargs) -> None:
         """Adapt the model to the experience (in channels-last layout if asked), then build the

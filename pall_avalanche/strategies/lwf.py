@@ -162,7 +162,7 @@ class HeadWarmupTemplate(UnlearningTemplate):
             p.requires_grad_(False)
         self._rows = torch.zeros_like(head)
         self._rows[self.model.head_rows(self.experience.task_label)] = 1.0
-        self.optimizer = self.fresh_optimizer([{"params": [head], "weight_decay": 0.0}])
+        self.renew_optimizer([{"params": [head], "weight_decay": 0.0}])
         self.head_only = True
 
     def _end_head_only(self) -> None:

@@ -1,0 +1,70 @@
+"""The optimizer the user passes is the one that trains: a scheduler on it (Avalanche's
+LRSchedulerPlugin with a StepLR) drives the learning rate of every learning request, for a
+dense baseline and for PALL, while each request still starts from fresh optimizer state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from avalanche.training.plugins import LRSchedulerPlugin
+from helpers import make_strategy
+
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.models import build_model
+from pall_avalanche.strategies import PALL, Sequential, UnlearningPlugin
+
+
+class LearningRates(UnlearningPlugin):
+    """Per learning request, per epoch: the learning rate of every parameter group of the
+    optimizer that steps, and that optimizer's identity and state size at the epoch's start."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests: list[list[list[float]]] = []
+        self.optimizers: set[int] = set()
+        self.states_at_start: list[int] = []
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.requests.append([])
+        self.states_at_start.append(len(strategy.optimizer.state))
+
+    def before_training_iteration(self, strategy, **kwargs):
+        if strategy.clock.train_epoch_iterations == 0:
+            self.requests[-1].append([g["lr"] for g in strategy.optimizer.param_groups])
+        self.optimizers.add(id(strategy.optimizer))
+
+
+@pytest.mark.parametrize("method", [Sequential, PALL])
+def test_a_step_lr_scheduler_halves_the_learning_rate_that_trains(method):
+    torch.manual_seed(0)
+    bm = build_benchmark("digits", seed=0, train_per_task=60)
+    model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
+    rates = LearningRates()
+    extra = {"alpha": 0.2, "buffer_size": 50, "n_retrain_iters": 2} if method is PALL else {}
+    strategy = method(model=model, optimizer=optimizer, train_mb_size=32, train_epochs=3,
+                      eval_mb_size=64, plugins=[
+                          LRSchedulerPlugin(torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5)),
+                          rates], **extra)
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+    assert strategy.optimizer is optimizer and rates.optimizers == {id(optimizer)}
+    for request in rates.requests:                 # every group, epoch by epoch
+        assert [set(epoch) for epoch in request] == [{0.04}, {0.02}, {0.01}]
+    assert rates.states_at_start == [0, 0]         # fresh momentum at every request
+    assert len(strategy.optimizer.param_groups) == (3 if method is PALL else 1)
+
+
+def test_without_a_scheduler_the_records_train_as_before():
+    # the constructor's optimizer renewed in place equals a new one of its class: two runs, one
+    # given an optimizer whose state was dirtied beforehand, train to the same weights
+    runs = []
+    for dirty in (False, True):
+        strategy, bm, _ = make_strategy("sequential", epochs=1)
+        if dirty:
+            p = next(strategy.model.parameters())
+            strategy.optimizer.state[p]["momentum_buffer"] = torch.ones_like(p)
+        for exp in bm.train_stream[:2]:
+            strategy.train(exp)
+        runs.append([p.detach().clone() for p in strategy.model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
