@@ -1,0 +1,55 @@
+"""An Avalanche user's own script with PALL dropped in: their evaluator (Avalanche's accuracy
+metric and a TextLogger) shows the paper's metrics after every request, and their scheduler
+drives the learning rate."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from avalanche.evaluation.metrics import accuracy_metrics
+from avalanche.logging import TextLogger
+from avalanche.training.plugins import EvaluationPlugin, LRSchedulerPlugin
+
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics, unlearning_metrics
+from pall_avalanche.models import build_model
+from pall_avalanche.requests import generate_requests
+from pall_avalanche.strategies import PALL
+from pall_avalanche.streams import RequestStream
+
+
+def test_a_users_evaluator_and_logger_show_the_papers_metrics():
+    torch.manual_seed(0)
+    bm = build_benchmark("digits", seed=0, train_per_task=60)
+    model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    text = io.StringIO()
+    evaluator = EvaluationPlugin(accuracy_metrics(experience=True),
+                                 *unlearning_metrics(bm.test_stream, eval_mb_size=64),
+                                 loggers=[TextLogger(text)])
+    reference = RequestEvaluationPlugin(bm.test_stream, eval_mb_size=64)   # the runner's path
+    strategy = PALL(model=model, optimizer=optimizer, alpha=0.2, buffer_size=50,
+                    n_retrain_iters=2, train_mb_size=32, train_epochs=2, eval_mb_size=64,
+                    evaluator=evaluator, plugins=[
+                        LRSchedulerPlugin(torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5)),
+                        reference])
+    requests = generate_requests(5, 2, seed=1)
+    for exp in RequestStream(bm, requests):
+        strategy.train(exp)
+    strategy.eval(bm.test_stream)
+    values = evaluator.get_all_metrics()
+    last = len(requests) - 1
+    expected = compute_metrics(reference.accuracy, requests)
+    for name in ("A_l", "A_u", "F_l", "F_u", "F_u_max"):
+        xs, ys = values[f"UnlearningMetrics/{name}"]
+        assert xs[-1] == last and ys[-1] == pytest.approx(expected[name]), name
+    for task in range(5):                              # the same rows as the runner's plugin
+        xs, ys = values[f"UnlearningMetrics/accuracy/task{task}"]
+        assert xs == list(range(len(requests)))
+        assert ys == [row[task] for row in reference.accuracy]
+    assert values["UnlearningMetrics/model_size_mb"][1][-1] == reference.model_sizes_mb[-1]
+    logged = text.getvalue()
+    assert "UnlearningMetrics/A_l = " in logged and "UnlearningMetrics/F_u = " in logged
+    assert "Top1_Acc_Exp" in logged                    # Avalanche's own metric beside ours
