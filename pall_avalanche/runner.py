@@ -630,6 +630,15 @@ class _WaitNote:
               f"{LOCK_POLL_SECONDS:g} s", file=sys.stderr, flush=True)
 
 
+def _ensure_avalanche_config() -> None:
+    """Create Avalanche's ``~/.avalanche/config.json`` (atomically) if it is missing, before
+    worker processes start: Avalanche writes it non-atomically on its first import, so workers
+    importing it at once in a fresh home folder can read it half-written and die."""
+    path = Path(os.path.expanduser("~/.avalanche/config.json"))
+    if not path.exists():
+        write_json_atomic(path, {"dataset_location": os.path.expanduser("~/.avalanche/data")})
+
+
 class _Progress:
     """Progress over records: a tqdm bar on a terminal; in a log (stderr not a terminal) one
     plain line per finished record, without escape codes or carriage returns."""
@@ -695,6 +704,7 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     bar.update(pair)
                     continue
                 if pool is None:
+                    _ensure_avalanche_config()
                     context = get_context("spawn")
                     pool = ProcessPoolExecutor(
                         max_workers=workers, mp_context=context, initializer=_init_worker,
