@@ -385,7 +385,10 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
              f"Seeds: {seeds} ({len(records)} runs)  ", f"Hardware: {'; '.join(devices)}  ",
              "Versions: " + ", ".join(f"{k} {versions[k]}" for k in
                                       ("torch", "avalanche-lib", "python") if k in versions)
-             + "  "]
+             + "  ",
+             "Reproducibility: the same seed, thread count, hardware and versions give the "
+             "same numbers bit for bit; another CPU or torch build can move them "
+             "(REPRODUCIBILITY.md)  "]
     lines += [f"{note}  " if i < len(notes) - 1 else note for i, note in enumerate(notes)]
     return "\n".join(lines) + "\n\n"
 

@@ -211,3 +211,10 @@ def test_workers_take_the_visible_gpus_round_robin():
     assert [worker_device("cuda", k, 1) for k in range(3)] == ["cuda"] * 3   # one GPU: shared
     assert worker_device("cuda:2", 5, 4) == "cuda:2"                          # pinned by user
     assert worker_device("cpu", 3, 4) == "cpu"
+
+
+def test_the_same_seed_threads_and_hardware_give_bit_identical_records():
+    first = run_record("pall", 3, CONFIG, requests=REQUESTS)
+    second = run_record("pall", 3, CONFIG, requests=REQUESTS)
+    for key in ("accuracy", "metrics", "unlearning_stats", "learning_checks"):
+        assert first[key] == second[key], key
