@@ -89,3 +89,37 @@ def test_swept_flags_reach_the_configuration():
     assert seeds == [7]
     assert (config["alpha"], config["n_unlearn"], config["n_retrain_iters"],
             config["buffer_size"], config["beta"]) == (0.1, 5, 25, 1000, 0.0)
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_expansion_without_wandb_is_the_grid_the_file_defines(path, tmp_path):
+    from pall_avalanche.sweeps import expand_sweep, main
+
+    sweep = yaml.safe_load(path.read_text())
+    expected = command_lines(sweep)
+    assert expand_sweep(path) == [["python", sweep["program"], *argv] for argv in expected]
+    assert expand_sweep(path, wandb=False) == [
+        ["python", sweep["program"], *(a for a in argv if a != "--wandb")] for argv in expected]
+    main([str(path), "--slurm", str(tmp_path / "array.sh")])
+    script = (tmp_path / "array.sh").read_text()
+    assert f"#SBATCH --array=0-{len(expected) - 1}" in script
+    assert script.count("python benchmarks/") == len(expected)
+
+
+def test_a_grid_prints_in_file_order_and_a_random_sweep_is_refused(tmp_path, capsys):
+    from pall_avalanche.sweeps import main
+
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "program": "benchmarks/table1.py", "method": "grid",
+        "parameters": {"methods": {"value": "sequential"}, "seeds": {"values": [0, 1]},
+                       "epochs": {"value": 1}, "out": {"value": str(tmp_path / "out")}},
+        "command": ["${env}", "${interpreter}", "${program}", "--quiet", "--wandb", "${args}"]},
+        sort_keys=False))
+    main([str(sweep), "--no-wandb"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"python benchmarks/table1.py --quiet --methods=sequential --seeds={s} "
+                       f"--epochs=1 --out={tmp_path / 'out'}" for s in (0, 1)]
+    sweep.write_text(yaml.safe_dump({"program": "x.py", "method": "random", "parameters": {}}))
+    with pytest.raises(ValueError, match="only grid sweeps"):
+        main([str(sweep)])

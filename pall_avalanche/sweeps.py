@@ -1,0 +1,123 @@
+"""Sweeps without a W&B server: expand a W&B sweep file into its grid of commands.
+
+``python -m pall_avalanche.sweeps benchmarks/sweeps/table1_alpha.yaml`` prints one command
+per grid point (the same commands ``wandb agent`` would run: the file's ``command`` list with
+``${args}`` as ``--key=value`` per parameter, in W&B's grid order), so a lab without W&B, or
+with W&B offline, runs the same grid:
+
+- ``--no-wandb`` drops the ``--wandb`` flag from every command;
+- ``--run [--jobs N]`` runs them here, N at a time (their records share ``--out``: the
+  per-record locks split the work, reruns reuse finished records);
+- ``--slurm FILE`` writes a Slurm array script, one array task per command.
+
+Only ``method: grid`` sweeps are expanded (a random or Bayesian sweep has no fixed grid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.records import write_text_atomic
+
+__all__ = ["expand_sweep", "main", "slurm_script"]
+
+#: The macros of a W&B sweep's ``command`` list that this expansion fills in.
+_MACROS = {"${env}", "${interpreter}", "${program}", "${args}", "${args_no_hyphens}"}
+
+
+def expand_sweep(path: str | Path, *, wandb: bool = True) -> list[list[str]]:
+    """The commands of every point of the grid sweep in ``path``, in W&B's grid order (the
+    last parameter varies fastest).
+
+    :param path: a W&B sweep YAML file with ``program``, ``method: grid``, ``parameters``
+        (each ``value`` or ``values``) and optionally ``command``.
+    :param wandb: keep the ``--wandb`` flag of the file's command.
+    :raises ValueError: not a grid sweep, or a parameter without ``value``/``values``.
+    """
+    path = Path(path)
+    spec = yaml.safe_load(path.read_text())
+    if not isinstance(spec, dict) or spec.get("method") != "grid":
+        raise ValueError(f"{path}: only grid sweeps (method: grid) have a grid of commands, "
+                         f"got method {spec.get('method') if isinstance(spec, dict) else None!r}")
+    names, choices = [], []
+    for name, setting in (spec.get("parameters") or {}).items():
+        if not isinstance(setting, dict) or not ({"value", "values"} & set(setting)):
+            raise ValueError(f"{path}: parameter {name!r} needs 'value' or 'values'")
+        names.append(name)
+        choices.append(setting["values"] if "values" in setting else [setting["value"]])
+    template = spec.get("command") or ["${env}", "${interpreter}", "${program}", "${args}"]
+    fixed = [part for part in template if part not in _MACROS
+             and (wandb or part != "--wandb")]
+    commands = []
+    for point in itertools.product(*choices):
+        args = [f"--{name}={value}" for name, value in zip(names, point, strict=True)]
+        commands.append(["python", spec["program"], *fixed, *args])
+    return commands
+
+
+def slurm_script(commands: Sequence[Sequence[str]], *, sweep: str) -> str:
+    """A Slurm array script running ``commands[$SLURM_ARRAY_TASK_ID]`` (one GPU each)."""
+    lines = ["#!/bin/bash", f"# {len(commands)} commands of {sweep} "
+             "(python -m pall_avalanche.sweeps --slurm)",
+             f"#SBATCH --array=0-{len(commands) - 1}", "#SBATCH --gres=gpu:1",
+             "#SBATCH --job-name=pall-sweep", "set -euo pipefail",
+             'cd "$SLURM_SUBMIT_DIR"   # submit from the repository root', "commands=("]
+    lines += [f"  {shlex.quote(shlex.join(command))}" for command in commands]
+    lines += [")", 'eval "${commands[$SLURM_ARRAY_TASK_ID]}"']
+    return "\n".join(lines) + "\n"
+
+
+def _run_all(commands: Sequence[Sequence[str]], jobs: int) -> int:
+    """Run the commands, ``jobs`` at a time; the number that failed."""
+    def run(command: Sequence[str]) -> int:
+        code = subprocess.run([sys.executable, *command[1:]], check=False).returncode
+        print(f"{'ok' if code == 0 else f'exit {code}'}: {shlex.join(command)}",
+              file=sys.stderr, flush=True)
+        return code
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return sum(code != 0 for code in pool.map(run, commands))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m pall_avalanche.sweeps SWEEP.yaml [--no-wandb] [--run [--jobs N] |
+    --slurm FILE]``: print (default), run or write as a Slurm array the grid's commands."""
+    parser = Parser(prog="python -m pall_avalanche.sweeps", description=__doc__.split("\n\n")[0],
+                    epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", type=Path, help="a W&B grid sweep file (benchmarks/sweeps)")
+    parser.add_argument("--no-wandb", dest="wandb", action="store_false",
+                        help="drop --wandb from every command")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--run", action="store_true", help="run the commands here")
+    action.add_argument("--slurm", type=Path, metavar="FILE",
+                        help="write a Slurm array script to FILE")
+    parser.add_argument("--jobs", type=int, default=1, help="commands at a time with --run")
+    args = parser.parse_args(argv)
+    if not args.sweep.is_file():
+        raise FileNotFoundError(f"sweep file {args.sweep} does not exist")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give an integer >= 1")
+    commands = expand_sweep(args.sweep, wandb=args.wandb)
+    if args.slurm is not None:
+        write_text_atomic(args.slurm, slurm_script(commands, sweep=str(args.sweep)))
+        print(f"wrote {args.slurm}: {len(commands)} array tasks", file=sys.stderr)
+    elif args.run:
+        failed = _run_all(commands, args.jobs)
+        if failed:
+            raise RuntimeError(f"{failed} of {len(commands)} commands failed")
+    else:
+        print("\n".join(shlex.join(command) for command in commands))
+
+
+if __name__ == "__main__":
+    main_guard(main, prog="python -m pall_avalanche.sweeps")
