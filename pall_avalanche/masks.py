@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -452,6 +453,20 @@ class SubnetworkNet(MultiTaskModule):
         """OR of the stored masks of ``tasks`` (default: all stored)."""
         tasks = self.masks if tasks is None else tasks
         return MaskSet.union((self.masks[t] for t in tasks), self.shapes)
+
+    @contextmanager
+    def unpacked(self, n_tasks: int) -> Iterator[None]:
+        """Keep up to ``n_tasks`` masks unpacked while the block runs (PALL's retraining runs
+        every remaining task in every step: none is unpacked twice), then go back to
+        :attr:`unpacked_cache`."""
+        saved = self.unpacked_cache
+        self.unpacked_cache = max(saved, n_tasks)
+        try:
+            yield
+        finally:
+            self.unpacked_cache = saved
+            while len(self._cache) > saved:
+                del self._cache[next(iter(self._cache))]
 
     def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
         """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""

@@ -411,5 +411,7 @@ class RehearsalPlugin(UnlearningPlugin):
         device = net.weight(HEAD).device
         params = [w for _, w in net.named_weights()]
         trainable = [m.float() for m in entries.bools(device).values()]
-        self.replay_steps(strategy, tasks, param_groups=[{"params": params, "weight_decay": 0.0}],
-                          n_iters=self.n_retrain_iters, trainable=trainable)
+        with net.unpacked(len(tasks)):
+            self.replay_steps(strategy, tasks,
+                              param_groups=[{"params": params, "weight_decay": 0.0}],
+                              n_iters=self.n_retrain_iters, trainable=trainable)

@@ -22,6 +22,7 @@ import argparse
 import io
 import json
 import math
+import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -304,7 +305,8 @@ LEGEND = {
            "exactly, so A_u is chance by design (x: the measured value)",
     "F_l": "F_l ↓: mean drop of the learned tasks' accuracy when a new task is learned",
     "F_u": "F_u ↓: mean drop of the remaining tasks' accuracy when a task is unlearned",
-    "F_u^max": "F_u^max ↓: the largest such drop of any task at any unlearning request",
+    "F_u^max": "F_u^max ↓: the largest drop of a remaining task's accuracy at any unlearning "
+               "request",
     "A_l^min": "A_l^min: the worst A_l over seeds",
 }
 
@@ -313,8 +315,8 @@ def legend(cells: pd.DataFrame) -> str:
     """The legend of the metric symbols among ``cells``' headers (one Markdown line each),
     plus how cells read; empty when the table shows no metric."""
     headers = " ".join(map(str, cells.columns))
-    found = [name for name in LEGEND if name in headers.replace("F_u^max", "")
-             or (name == "F_u^max" and "F_u^max" in headers)]
+    # a symbol counts where it is not the start of a longer one (A_l in A_l^min)
+    found = [name for name in LEGEND if re.search(re.escape(name) + r"(?![\w^])", headers)]
     if not found:
         return ""
     lines = [LEGEND[name] for name in found]

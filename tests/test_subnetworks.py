@@ -206,3 +206,15 @@ def test_only_the_most_recently_used_masks_stay_unpacked():
         assert all(torch.equal(masks[n], expected[n]) for n in expected)
         assert len(net._cache) <= 2
     assert list(net._cache) == [3, 1]            # least recently used first
+
+
+def test_masks_in_use_stay_unpacked_for_a_block_then_the_cache_shrinks():
+    strategy, bm, _ = make_strategy("wsn", epochs=1)
+    for exp in bm.train_stream[:4]:
+        strategy.train(exp)
+    net = strategy.model
+    with net.unpacked(4):
+        first = [net.bool_mask(t) for t in range(4)]
+        again = [net.bool_mask(t) for t in range(4)]
+        assert all(a is b for a, b in zip(first, again, strict=True))   # no unpacking twice
+    assert net.unpacked_cache == 2 and list(net._cache) == [2, 3]
