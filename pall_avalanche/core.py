@@ -1,13 +1,18 @@
-"""The plugin protocol of unlearning strategies, in a module of its own.
+"""The plugin protocol of unlearning strategies and the result of one request, in a module of
+its own.
 
-:class:`UnlearningPlugin` is what plugins, the evaluation plugin and loggers derive from; it
-imports no strategy, so ``pall_avalanche.plugins`` and every other module import on their own
-(the strategies import this module, never the other way round).
+:class:`UnlearningPlugin` is what plugins and subscribers derive from; :class:`RequestResult` is
+what every request (learning or unlearning) ends with: the template fires ``after_request`` with
+it once the request is over, and the record builder, the checkpoint writer, the W&B logger and
+the audit read it there. This module imports no strategy, so ``pall_avalanche.plugins`` and every
+other module import on their own (the strategies import this module, never the other way round).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from avalanche.core import SupervisedPlugin
 
@@ -16,7 +21,56 @@ from pall_avalanche.checkpoint import Stateful
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["UnlearningPlugin"]
+__all__ = ["REQUEST_KINDS", "RequestResult", "UnlearningPlugin"]
+
+REQUEST_KINDS = ("learn", "unlearn")
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """What one request did, measured once (by
+    :class:`~pall_avalanche.evaluation.UnlearningMetrics` in the strategy's evaluator).
+
+    :param index: the request's position in the sequence (0-based).
+    :param kind: ``"learn"`` or ``"unlearn"``.
+    :param task: the task learned or unlearned.
+    :param seconds: wall time of the request (device work waited for; evaluation excluded).
+    :param epoch_seconds: wall time of each training epoch (learning requests; else empty).
+    :param accuracy: accuracy (percent) on every task of the test stream afterwards, unlearned
+        and not-yet-learned tasks included: row ``index`` of the accuracy matrix.
+    :param model_size_mb: the inference model size afterwards (MB).
+    :param active_tasks: Ω afterwards, in learning order.
+    :param statistics: the method's own figures about the request
+        (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.request_statistics`, e.g.
+        PALL's re-drawn and retrained entries, Table A2); empty when it has none.
+    :param learning_check: learning requests: the task's balanced accuracy on its own
+        training data and whether that is at chance
+        (:func:`~pall_avalanche.evaluation.learning_failed`); ``None`` for unlearning.
+    """
+
+    index: int
+    kind: str
+    task: int
+    seconds: float
+    accuracy: tuple[float, ...]
+    model_size_mb: float
+    active_tasks: tuple[int, ...]
+    epoch_seconds: tuple[float, ...] = ()
+    statistics: Mapping[str, Any] = field(default_factory=dict)
+    learning_check: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in REQUEST_KINDS:
+            raise ValueError(f"kind={self.kind!r} is invalid; valid: {REQUEST_KINDS}")
+
+    def timing(self) -> dict[str, Any]:
+        """The request's entry of a record's ``timings.per_request``: kind, task, seconds and,
+        for learning, the epochs' seconds and their mean."""
+        out: dict[str, Any] = {"kind": self.kind, "task": self.task, "seconds": self.seconds}
+        if self.kind == "learn":
+            out["epoch_seconds"] = list(self.epoch_seconds)
+            out["seconds_per_epoch"] = self.seconds / max(len(self.epoch_seconds), 1)
+        return out
 
 
 class UnlearningPlugin(SupervisedPlugin, Stateful):
@@ -31,3 +85,9 @@ class UnlearningPlugin(SupervisedPlugin, Stateful):
 
     def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         """Called after the strategy unlearned ``task``."""
+
+    def after_request(self, strategy: UnlearningTemplate, result: RequestResult,
+                      **kwargs) -> None:
+        """Called once a request (learning or unlearning) is over, every plugin of the request
+        done, with what it measured (only when the strategy's evaluator measures requests:
+        :func:`~pall_avalanche.evaluation.unlearning_metrics`)."""

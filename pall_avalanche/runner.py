@@ -61,12 +61,14 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -81,8 +83,14 @@ from pall_avalanche.checkpoint import (
     save_checkpoint,
 )
 from pall_avalanche.config import check_run_config, config_hash, resolve_method_config
+from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics, model_size_mb
+from pall_avalanche.evaluation import (
+    RequestLog,
+    compute_metrics,
+    model_size_mb,
+    request_evaluator,
+)
 from pall_avalanche.models import build_model
 from pall_avalanche.records import (
     CorruptFileError,
@@ -94,13 +102,14 @@ from pall_avalanche.records import (
     set_aside,
     write_json_atomic,
 )
-from pall_avalanche.requests import RequestSequence, generate_requests
-from pall_avalanche.strategies import METHODS, build_strategy
+from pall_avalanche.requests import Request, RequestSequence, generate_requests
+from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
 from pall_avalanche.streams import RequestStream
 from pall_avalanche.wandb_logging import WandbSettings, default_group, wandb_run
 
-__all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "checkpoint_path", "lock_path", "record_path",
-           "run_experiments", "run_record", "seed_everything", "worker_device"]
+__all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "CheckpointWriter", "RunSpec", "checkpoint_path",
+           "lock_path", "record_path", "run_experiments", "run_record", "run_spec",
+           "seed_everything", "worker_device"]
 
 RECORD_FORMAT = 1
 #: How often a run waiting for records locked by another process looks again (seconds).
@@ -140,13 +149,218 @@ def _device_info(device: torch.device) -> dict[str, Any]:
     return {"type": "cpu", "name": cpu, "threads": torch.get_num_threads()}
 
 
-def _request_sequence(config: dict, seed: int, requests: RequestSequence | list | None
-                      ) -> RequestSequence:
-    if requests is None:
-        return generate_requests(config["n_tasks"], config["n_unlearn"], seed)
-    if isinstance(requests, RequestSequence):
-        return requests
-    return RequestSequence(requests, config["n_tasks"])
+@dataclass(frozen=True)
+class RunSpec:
+    """What a record is the result of: method, seed, resolved configuration, request
+    sequence (``None``: the one the seed generates) and training seed (``None``: the seed).
+    Its :attr:`hash` names its folder (:meth:`record_path`) and is stored in its record and
+    checkpoints as ``config_hash``: the configuration's hash, with the requests and the
+    training seed included when they are given explicitly (so a default run keeps the
+    configuration's hash).
+
+    Build one with :meth:`of`.
+    """
+
+    method: str
+    seed: int
+    config: Mapping[str, Any]
+    requests: tuple[Request, ...] | None = None
+    train_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+
+    def __reduce__(self) -> tuple:      # a mapping proxy does not pickle: rebuild from a dict
+        return (RunSpec, (self.method, self.seed, dict(self.config), self.requests,
+                          self.train_seed))
+
+    @classmethod
+    def of(cls, method: str, seed: int, config: Mapping[str, Any],
+           requests: RequestSequence | Sequence | None = None,
+           train_seed: int | None = None) -> RunSpec:
+        """The specification of ``method`` with ``config`` (resolved for the method here).
+
+        :param requests: a :class:`RequestSequence` or a list of requests or of
+            ``{"kind", "task"}`` dicts; ``None``: generated from the seed.
+        """
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; valid methods are {sorted(METHODS)}")
+        resolved = resolve_method_config(config, method)
+        if requests is not None and not isinstance(requests, RequestSequence):
+            requests = RequestSequence(requests, resolved["n_tasks"])
+        return cls(method, seed, resolved, None if requests is None else tuple(requests),
+                   train_seed)
+
+    @property
+    def sequence(self) -> RequestSequence:
+        """The request sequence the run replays."""
+        if self.requests is None:
+            return generate_requests(self.config["n_tasks"], self.config["n_unlearn"],
+                                     self.seed)
+        return RequestSequence(self.requests, self.config["n_tasks"])
+
+    @property
+    def hash(self) -> str:
+        """The run's identity (class docstring)."""
+        key = dict(self.config)
+        if self.requests is not None:
+            key["requests"] = self.sequence.to_list()
+        if self.train_seed is not None:
+            key["train_seed"] = self.train_seed
+        return config_hash(key)
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed by this run."""
+        return {"method": self.method, "seed": self.seed, "config_hash": self.hash,
+                "requests": self.sequence.to_list(),
+                **({"train_seed": self.train_seed} if self.train_seed is not None else {})}
+
+    def record_path(self, out_dir: str | Path) -> Path:
+        """``<out_dir>/<benchmark>/<method>/<hash>/seed<k>.json``."""
+        return (Path(out_dir) / self.config["benchmark"] / self.method / self.hash
+                / f"seed{self.seed}.json")
+
+
+class CheckpointWriter(UnlearningPlugin):
+    """Saves the run's whole state atomically after every request (a subscriber to
+    ``after_request``), then calls ``heartbeat``.
+
+    :param path: the checkpoint file (``None``: none is written).
+    :param identity: :meth:`RunSpec.identity`.
+    :param resumed_after: the request counts the run resumed at (the caller's list, filled
+        when the run resumes).
+    :param heartbeat: called after every request (``None``: nothing).
+    """
+
+    def __init__(self, path: Path | None, identity: Mapping[str, Any],
+                 resumed_after: list[int], heartbeat: Callable[[], Any] | None) -> None:
+        super().__init__()
+        self.path, self.identity = path, dict(identity)
+        self.resumed_after, self.heartbeat = resumed_after, heartbeat
+
+    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
+        if self.path is not None:
+            save_checkpoint(self.path, {
+                "format": CHECKPOINT_FORMAT, **self.identity, "requests_done": result.index + 1,
+                "resumed_after": self.resumed_after, "strategy": strategy.checkpoint_state(),
+                "rng": capture_rng_state(),
+            })
+        if self.heartbeat is not None:
+            self.heartbeat()
+
+
+@dataclass
+class _Run:
+    """A run's parts once built: the specification, benchmark, strategy, the log of its
+    requests' results, the audit probe if any, and where it resumed."""
+
+    spec: RunSpec
+    benchmark: Any
+    strategy: UnlearningTemplate
+    log: RequestLog
+    probe: Any
+    device: torch.device
+    resumed_after: list[int]
+    done: int = 0
+
+
+def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
+           probe: Callable[[], Any] | None, checkpoint: Path | None,
+           heartbeat: Callable[[], Any] | None) -> _Run:
+    """Benchmark, model and strategy of ``spec`` (seeded by its seed; then re-seeded by its
+    training seed if it has one), with the evaluator measuring every request and, subscribed
+    to ``after_request`` in this order, the request log, ``plugins``, the probe's plugins and
+    the checkpoint writer (last: it saves what the others recorded)."""
+    config = spec.config
+    seed_everything(spec.seed)
+    benchmark = build_benchmark(
+        config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
+        data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
+    )
+    split = benchmark.split
+    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
+                        classes_per_task=split.classes_per_task,
+                        per_task_tokens=METHODS[spec.method].strategy.per_task_tokens,
+                        **(config.get("model_kwargs") or {}))
+    log = RequestLog()
+    probed = probe() if probe is not None else None
+    resumed_after: list[int] = []
+    writer = CheckpointWriter(checkpoint, spec.identity(), resumed_after, heartbeat)
+    strategy = build_strategy(
+        spec.method, model=model, config=config, device=device,
+        plugins=[log, *plugins, *(probed.plugins if probed else ()), writer],
+        evaluator=request_evaluator(benchmark.test_stream, config["eval_batch_size"]))
+    if spec.train_seed is not None:
+        seed_everything(spec.train_seed)
+    return _Run(spec, benchmark, strategy, log, probed, device, resumed_after)
+
+
+def _resume(run: _Run, checkpoint: Path | None) -> None:
+    """Restore ``run`` from ``checkpoint`` if there is a usable one (same identity)."""
+    state = _resumable_checkpoint(checkpoint, run.device) if checkpoint is not None else None
+    if state is None:
+        return
+    different = [key for key, value in run.spec.identity().items() if state.get(key) != value]
+    if different:
+        raise ValueError(f"checkpoint {checkpoint} belongs to another run (its {different} "
+                         "differ); delete it to start this run afresh")
+    run.strategy.restore_checkpoint_state(state["strategy"])
+    restore_rng_state(state["rng"])
+    run.done = state["requests_done"]
+    run.resumed_after[:] = [*state["resumed_after"], run.done]   # the writer's list too
+
+
+def _step(run: _Run, show_progress: bool) -> None:
+    """Process the requests not done yet (each ends in ``after_request``: logged, and
+    checkpointed by :class:`CheckpointWriter`)."""
+    stream = RequestStream(run.benchmark, run.spec.sequence)
+    for index in tqdm(range(run.done, len(stream)), desc=f"{run.spec.method} seed "
+                      f"{run.spec.seed}", leave=False, initial=run.done, total=len(stream),
+                      disable=not (show_progress and sys.stderr.isatty())):
+        run.strategy.train(stream[index])
+
+
+def _record(run: _Run) -> dict:
+    """The record of a finished run (:data:`RECORD_FORMAT`)."""
+    spec, log, strategy = run.spec, run.log, run.strategy
+    sequence = spec.sequence
+    learn = [t["seconds_per_epoch"] for t in log.timings if t["kind"] == "learn"]
+    unlearn = [t["seconds"] for t in log.timings if t["kind"] == "unlearn"]
+    extra = {"probe": run.probe.finish(strategy, run.benchmark)} if run.probe else {}
+    if spec.train_seed is not None:
+        extra["train_seed"] = spec.train_seed
+    config = dict(spec.config)
+    return {
+        **extra,
+        "format": RECORD_FORMAT,
+        "method": spec.method,
+        "seed": spec.seed,
+        "benchmark": config["benchmark"],
+        "requests": sequence.to_list(),
+        "accuracy": log.accuracy,
+        "metrics": compute_metrics(log.accuracy, sequence),
+        "exact": METHODS[spec.method].exact,
+        "timings": {
+            "per_request": log.timings,
+            "learn_seconds_per_epoch": float(np.mean(learn)) if learn else None,
+            "unlearn_seconds": float(np.mean(unlearn)) if unlearn else None,
+        },
+        "model_size_mb": model_size_mb(*strategy.inference_size(config["n_tasks"])),
+        "model_size_mb_per_request": log.model_sizes_mb,
+        "resumed_after": list(run.resumed_after),
+        # the method's statistics per unlearning request (PALL: Table A2), else None
+        "unlearning_stats": log.unlearning_statistics(),
+        # per learning request: the task's balanced training accuracy and whether it stayed
+        # at chance (a failed request, also warned about)
+        "learning_checks": log.learning_checks,
+        "eval_batch_size": config["eval_batch_size"],
+        "split": run.benchmark.split.to_dict(),
+        "config": config,
+        "config_hash": spec.hash,
+        "versions": _versions(),
+        "device": _device_info(run.device),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def run_record(method: str, seed: int, config: dict, *,
@@ -155,7 +369,8 @@ def run_record(method: str, seed: int, config: dict, *,
                checkpoint: str | Path | None = None, plugins: Sequence = (),
                probe: Callable[[], Any] | None = None, train_seed: int | None = None,
                heartbeat: Callable[[], Any] | None = None) -> dict:
-    """Train ``method`` on the request sequence of ``seed`` and return its result record.
+    """Train ``method`` on the request sequence of ``seed`` and return its result record:
+    build, resume, step, record.
 
     :param method: a name from ``METHODS``.
     :param seed: seeds the class split, the generated requests, initialisation and training.
@@ -169,7 +384,7 @@ def run_record(method: str, seed: int, config: dict, *,
         :class:`~pall_avalanche.records.RunWarning` and the run starts afresh; one that
         vanishes before it is read counts as none. The caller deletes it once the record is
         safe. ``None``: no checkpoints.
-    :param plugins: further plugins, run after the evaluation plugin.
+    :param plugins: further plugins (e.g. loggers subscribing to ``after_request``).
     :param probe: a factory of a probe object with ``plugins`` (run after ``plugins``) and
         ``finish(strategy, benchmark) -> dict``, stored JSON-ready as the record's ``probe``
         (the exactness audit, :mod:`pall_avalanche.audit`). ``None``: no probe.
@@ -179,93 +394,22 @@ def run_record(method: str, seed: int, config: dict, *,
     :param heartbeat: called after every finished request (the runner refreshes the record's
         lock with it). ``None``: nothing.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; valid methods are {sorted(METHODS)}")
-    resolved = resolve_method_config(config, method)
-    device = torch.device(device)
-    seed_everything(seed)
-    benchmark = build_benchmark(
-        resolved["benchmark"], seed=seed, n_tasks=resolved["n_tasks"],
-        data_root=resolved.get("data_root"), train_per_task=resolved.get("train_per_task"),
-    )
-    split = benchmark.split
-    sequence = _request_sequence(resolved, seed, requests)
-    model = build_model(resolved["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
-                        classes_per_task=split.classes_per_task,
-                        per_task_tokens=METHODS[method].strategy.per_task_tokens,
-                        **(resolved.get("model_kwargs") or {}))
-    evaluation = RequestEvaluationPlugin(benchmark.test_stream,
-                                         eval_mb_size=resolved["eval_batch_size"])
-    probed = probe() if probe is not None else None
-    strategy = build_strategy(method, model=model, config=resolved,
-                              plugins=[evaluation, *plugins, *(probed.plugins if probed else ())],
-                              device=device)
-    if train_seed is not None:
-        seed_everything(train_seed)
-    stream = RequestStream(benchmark, sequence)
-    identity = {"method": method, "seed": seed, "config_hash": config_hash(resolved),
-                "requests": sequence.to_list(),
-                **({"train_seed": train_seed} if train_seed is not None else {})}
-    done, resumed_after = 0, []
-    state = _resumable_checkpoint(checkpoint, device) if checkpoint is not None else None
-    if state is not None:
-        different = [key for key, value in identity.items() if state.get(key) != value]
-        if different:
-            raise ValueError(f"checkpoint {checkpoint} belongs to another run (its {different} "
-                             "differ); delete it to start this run afresh")
-        strategy.restore_checkpoint_state(state["strategy"])
-        restore_rng_state(state["rng"])
-        done = state["requests_done"]
-        resumed_after = [*state["resumed_after"], done]
-    for index in tqdm(range(done, len(stream)), desc=f"{method} seed {seed}", leave=False,
-                      initial=done, total=len(stream),
-                      disable=not (show_progress and sys.stderr.isatty())):
-        strategy.train(stream[index])
-        if checkpoint is not None:
-            save_checkpoint(checkpoint, {
-                "format": CHECKPOINT_FORMAT, **identity, "requests_done": index + 1,
-                "resumed_after": resumed_after, "strategy": strategy.checkpoint_state(),
-                "rng": capture_rng_state(),
-            })
-        if heartbeat is not None:
-            heartbeat()
+    return run_spec(RunSpec.of(method, seed, config, requests, train_seed), device=device,
+                    show_progress=show_progress, checkpoint=checkpoint, plugins=plugins,
+                    probe=probe, heartbeat=heartbeat)
 
-    learn = [t["seconds_per_epoch"] for t in evaluation.timings if t["kind"] == "learn"]
-    unlearn = [t["seconds"] for t in evaluation.timings if t["kind"] == "unlearn"]
-    extra = {"probe": probed.finish(strategy, benchmark)} if probed is not None else {}
-    if train_seed is not None:
-        extra["train_seed"] = train_seed
-    return {
-        **extra,
-        "format": RECORD_FORMAT,
-        "method": method,
-        "seed": seed,
-        "benchmark": resolved["benchmark"],
-        "requests": sequence.to_list(),
-        "accuracy": evaluation.accuracy,
-        "metrics": compute_metrics(evaluation.accuracy, sequence),
-        "exact": METHODS[method].exact,
-        "timings": {
-            "per_request": evaluation.timings,
-            "learn_seconds_per_epoch": float(np.mean(learn)) if learn else None,
-            "unlearn_seconds": float(np.mean(unlearn)) if unlearn else None,
-        },
-        "model_size_mb": model_size_mb(*strategy.inference_size(resolved["n_tasks"])),
-        "model_size_mb_per_request": evaluation.model_sizes_mb,
-        "resumed_after": resumed_after,
-        # strategy-specific statistics per unlearning request (PALL: Table A2), else None
-        "unlearning_stats": getattr(strategy, "unlearning_stats", None),
-        # per learning request: the task's balanced training accuracy and whether it stayed
-        # at chance (a failed request, also warned about)
-        "learning_checks": evaluation.learning_checks,
-        "eval_batch_size": resolved["eval_batch_size"],
-        "split": split.to_dict(),
-        "config": resolved,
-        "config_hash": config_hash(resolved),
-        "versions": _versions(),
-        "device": _device_info(device),
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+
+def run_spec(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress: bool = False,
+             checkpoint: str | Path | None = None, plugins: Sequence = (),
+             probe: Callable[[], Any] | None = None,
+             heartbeat: Callable[[], Any] | None = None) -> dict:
+    """The record of ``spec``: build, resume, step, record (the arguments as in
+    :func:`run_record`)."""
+    checkpoint = None if checkpoint is None else Path(checkpoint)
+    run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat)
+    _resume(run, checkpoint)
+    _step(run, show_progress)
+    return _record(run)
 
 
 def _resumable_checkpoint(checkpoint: str | Path, device: torch.device) -> dict | None:
@@ -286,15 +430,8 @@ def record_path(out_dir: str | Path, method: str, seed: int, config: dict,
                 requests: RequestSequence | list | None = None,
                 train_seed: int | None = None) -> Path:
     """Where the record of (method, resolved configuration, seed, requests, training seed)
-    lives."""
-    resolved = resolve_method_config(config, method)
-    key = dict(resolved)
-    if requests is not None:
-        key["requests"] = _request_sequence(resolved, seed, requests).to_list()
-    if train_seed is not None:
-        key["train_seed"] = train_seed
-    return (Path(out_dir) / resolved["benchmark"] / method / config_hash(key)
-            / f"seed{seed}.json")
+    lives (:meth:`RunSpec.record_path`)."""
+    return RunSpec.of(method, seed, config, requests, train_seed).record_path(out_dir)
 
 
 def checkpoint_path(record_file: str | Path) -> Path:
@@ -323,26 +460,33 @@ def unsaved_path(record_file: str | Path) -> Path:
     return Path(tempfile.gettempdir(), "pall_avalanche_unsaved", *Path(record_file).parts[-4:])
 
 
-def _run_and_write(method: str, seed: int, config: dict, path: Path,
-                   requests: RequestSequence | list | None, device: str | torch.device,
-                   checkpoints: bool, show_progress: bool,
-                   wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
-                   train_seed: int | None = None, heartbeat: Callable[[], Any] | None = None
-                   ) -> dict:
+@dataclass(frozen=True)
+class _Options:
+    """How :func:`run_experiments` runs each record (the same for all of its records)."""
+
+    device: str
+    checkpoints: bool
+    show_progress: bool
+    wandb: WandbSettings | None
+    probe: Callable[[], Any] | None
+    group: str
+
+
+def _run_and_write(spec: RunSpec, path: Path, options: _Options,
+                   heartbeat: Callable[[], Any] | None = None) -> dict:
     """Run one record (resuming from its checkpoint), write it atomically, then delete the
     checkpoint; the unit of work of :func:`run_experiments`, in or out of process (the caller
-    holds the record's lock; ``heartbeat`` refreshes it after every request). With ``wandb``
+    holds the record's lock; ``heartbeat`` refreshes it after every request). With W&B
     settings the run is logged to W&B (live per request, then the record).
 
     If writing the record fails (``OSError``), it is kept in :func:`unsaved_path` and an
     ``OSError`` naming both files is raised; the checkpoint stays."""
-    checkpoint = checkpoint_path(path) if checkpoints else None
-    with wandb_run(wandb, method=method, seed=seed, config=resolve_method_config(config, method),
-                   group=default_group(config)) as tracker:
-        record = run_record(method, seed, config, requests=requests, device=device,
-                            show_progress=show_progress, checkpoint=checkpoint,
-                            plugins=tracker.plugins(), probe=probe, train_seed=train_seed,
-                            heartbeat=heartbeat)
+    checkpoint = checkpoint_path(path) if options.checkpoints else None
+    with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=dict(spec.config),
+                   group=options.group) as tracker:
+        record = run_spec(spec, device=options.device, show_progress=options.show_progress,
+                          checkpoint=checkpoint, plugins=tracker.plugins(),
+                          probe=options.probe, heartbeat=heartbeat)
         try:
             write_json_atomic(path, record)
         except OSError as err:
@@ -507,8 +651,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     pairs = [(m, s) for m in methods for s in seeds]
     train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
                    for s in seeds}
-    paths = {pair: record_path(out_dir, *pair, config, requests, train_seeds[pair[1]])
-             for pair in pairs}
+    specs = {pair: RunSpec.of(*pair, config, requests, train_seeds[pair[1]]) for pair in pairs}
+    paths = {pair: spec.record_path(out_dir) for pair, spec in specs.items()}
 
     def usable(record: dict | None) -> bool:
         return record is not None and (probe is None or "probe" in record)
@@ -529,9 +673,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         stats["reused"] = stats.get("reused", 0) + len(pairs) - len(missing)
 
     def arguments(pair: tuple[str, int], progress: bool) -> tuple:
-        method, seed = pair
-        return (method, seed, config, paths[pair], requests, device, checkpoints, progress,
-                wandb, probe, train_seeds[seed])
+        return (specs[pair], paths[pair], _Options(str(device), checkpoints, progress, wandb,
+                                                   probe, default_group(config)))
 
     if missing:
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,

@@ -12,8 +12,6 @@ Avalanche's ``WandBLogger`` does not work with wandb 0.31 (``wandb.util.generate
   and the timings.
 - :func:`log_table` logs a script's aggregated table in a run of its own (``job_type``
   ``"table"``, same group as the records' runs).
-- :func:`read_offline_run` reads an offline run's ``.wandb`` file back (config, history,
-  summary) — wandb ships no Python reader for it any more.
 
 W&B must never cost a result: every W&B call is guarded; the first failure warns once and
 turns W&B off for the rest of the process (a dead server would otherwise cost the init
@@ -27,7 +25,6 @@ import argparse
 import io
 import math
 import os
-import struct
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pall_avalanche.config import config_hash
-from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.core import RequestResult, UnlearningPlugin
 
 __all__ = [
     "WANDB_MODES",
@@ -46,7 +43,6 @@ __all__ = [
     "add_wandb_arguments",
     "default_group",
     "log_table",
-    "read_offline_run",
     "wandb_disabled_reason",
     "wandb_run",
 ]
@@ -230,33 +226,27 @@ class WandbRun:
         """
         self._call("log", lambda: self._run.log(dict(data), step=step))
 
-    def log_request(self, index: int, timing: Mapping[str, Any], accuracy: Sequence[float],
-                    model_size_mb: float, active_tasks: Sequence[int] = (),
-                    extra: Mapping[str, Any] | None = None) -> None:
-        """Log one request (W&B step ``index``): its kind and task, the accuracy of every task
-        after it, the mean over the active tasks, its timing and the model size.
+    def log_request(self, result: RequestResult) -> None:
+        """Log one request (W&B step = its index): its kind and task, the accuracy of every
+        task after it, the mean over the active tasks, its timing, the model size and the
+        method's statistics (under ``unlearning/``).
 
-        :param index: request index (0-based).
-        :param timing: the request's entry of ``RequestEvaluationPlugin.timings``.
-        :param accuracy: the request's row of the accuracy matrix.
-        :param model_size_mb: inference model size after the request.
-        :param active_tasks: tasks learned and not unlearned after the request.
-        :param extra: more scalars (e.g. PALL's unlearning statistics), logged under
-            ``unlearning/``.
+        :param result: the request's result (the template's ``after_request`` event).
         """
+        timing = result.timing()
         data: dict[str, Any] = {
-            "request/kind": timing["kind"], "request/task": timing["task"],
-            "request/is_unlearn": int(timing["kind"] == "unlearn"),
-            "time/seconds": timing["seconds"], "model_size_mb": model_size_mb,
+            "request/kind": result.kind, "request/task": result.task,
+            "request/is_unlearn": int(result.kind == "unlearn"),
+            "time/seconds": result.seconds, "model_size_mb": result.model_size_mb,
         }
         if timing.get("seconds_per_epoch") is not None:
             data["time/seconds_per_epoch"] = timing["seconds_per_epoch"]
-        data.update({f"accuracy/task{t}": a for t, a in enumerate(accuracy)})
-        if active_tasks:
-            data["accuracy/active_mean"] = sum(accuracy[t] for t in active_tasks) / len(
-                active_tasks)
-        data.update({f"unlearning/{k}": v for k, v in (extra or {}).items() if _finite(v)})
-        self.log(data, step=index)
+        data.update({f"accuracy/task{t}": a for t, a in enumerate(result.accuracy)})
+        if result.active_tasks:
+            data["accuracy/active_mean"] = sum(
+                result.accuracy[t] for t in result.active_tasks) / len(result.active_tasks)
+        data.update({f"unlearning/{k}": v for k, v in result.statistics.items() if _finite(v)})
+        self.log(data, step=result.index)
 
     def log_record(self, record: Mapping[str, Any], path: str | Path | None = None) -> None:
         """Log a finished record: metrics, model size and timings as the run summary, the
@@ -307,9 +297,8 @@ class WandbRun:
 
 
 class WandbRequestLogger(UnlearningPlugin):
-    """Logs each request to a :class:`WandbRun` as it happens. Put it after the
-    ``RequestEvaluationPlugin`` in the strategy's plugins: it reads that plugin's newest
-    accuracy row, timing and model size.
+    """Logs each request to a :class:`WandbRun` as it ends (a subscriber to the template's
+    ``after_request`` event).
 
     :param run: the run to log to.
     """
@@ -318,25 +307,8 @@ class WandbRequestLogger(UnlearningPlugin):
         super().__init__()
         self.run = run
 
-    def _log(self, strategy) -> None:
-        from pall_avalanche.evaluation import RequestEvaluationPlugin
-
-        evaluation = next((p for p in strategy.plugins
-                           if isinstance(p, RequestEvaluationPlugin)), None)
-        if evaluation is None or not evaluation.timings:
-            return
-        timing = evaluation.timings[-1]
-        stats = getattr(strategy, "unlearning_stats", None)
-        extra = stats[-1] if timing["kind"] == "unlearn" and stats else None
-        self.run.log_request(len(evaluation.timings) - 1, timing, evaluation.accuracy[-1],
-                             evaluation.model_sizes_mb[-1],
-                             list(getattr(strategy, "active_tasks", ())), extra)
-
-    def after_training_exp(self, strategy, **kwargs) -> None:
-        self._log(strategy)
-
-    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
-        self._log(strategy)
+    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
+        self.run.log_request(result)
 
 
 @contextmanager
@@ -389,106 +361,3 @@ def log_table(settings: WandbSettings | None, name: str, frame, *,
 
     run._call("log_table", body)
     run.finish()
-
-
-# --- reading offline runs back --------------------------------------------------------------
-# A .wandb file is a LevelDB-style log: a 7-byte header (":W&B", magic 0xBEE1, version 0),
-# then 32 KiB blocks of chunks (crc32c, length, type: 1 full, 2 first, 3 middle, 4 last), each
-# record a serialized wandb.proto Record.
-
-_BLOCK = 32768
-_CHUNK_HEADER = struct.Struct("<IHB")
-
-
-def _records(path: Path) -> Iterator[bytes]:
-    data = path.read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"{path} is not a W&B transaction log (no ':W&B' header)")
-    pos, pending = 7, b""
-    while pos + _CHUNK_HEADER.size <= len(data):
-        room = _BLOCK - pos % _BLOCK
-        if room < _CHUNK_HEADER.size:
-            pos += room
-            continue
-        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        if kind == 0 and length == 0:  # zero padding at the end of a block
-            pos += room
-            continue
-        if pos + _CHUNK_HEADER.size + length > len(data):  # still being written
-            return
-        chunk = data[pos + _CHUNK_HEADER.size: pos + _CHUNK_HEADER.size + length]
-        pos += _CHUNK_HEADER.size + length
-        if kind == 1:
-            yield chunk
-        elif kind == 2:
-            pending = chunk
-        elif kind == 3:
-            pending += chunk
-        elif kind == 4:
-            yield pending + chunk
-            pending = b""
-
-
-def read_offline_run(run_dir: str | Path, timeout: float = 30.0) -> dict[str, Any]:
-    """Read an offline run folder (``wandb/offline-run-*``) back: ``name``, ``group``,
-    ``job_type``, ``tags``, ``config`` (key → value), ``history`` (one dict per
-    ``log`` call, with ``_step``), ``summary`` (the final values, as W&B would show) and
-    ``complete`` (whether the run's exit record was found).
-
-    wandb's service writes the file in the background and may still be flushing it after
-    ``run.finish()`` returns, so the file is re-read until it holds the exit record.
-
-    :param run_dir: the run folder, or its ``run-<id>.wandb`` file.
-    :param timeout: seconds to wait for the exit record before returning what is there.
-    """
-    import time
-
-    path = Path(run_dir)
-    if path.is_dir():
-        files = sorted(path.glob("run-*.wandb"))
-        if not files:
-            raise FileNotFoundError(f"no run-*.wandb file in {path}")
-        path = files[0]
-    deadline = time.monotonic() + timeout
-    while True:
-        out = _parse_run_file(path)
-        if out["complete"] or time.monotonic() > deadline:
-            return out
-        time.sleep(0.1)
-
-
-def _parse_run_file(path: Path) -> dict[str, Any]:
-    import json
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    out: dict[str, Any] = {"config": {}, "history": [], "summary": {}, "complete": False}
-
-    def key(item) -> str:
-        return item.key or "/".join(item.nested_key)
-
-    for raw in _records(path):
-        record = pb.Record()
-        record.ParseFromString(raw)
-        kind = record.WhichOneof("record_type")
-        if kind == "exit":
-            out["complete"] = True
-        elif kind == "run":
-            out.update(name=record.run.display_name, group=record.run.run_group,
-                       job_type=record.run.job_type, tags=list(record.run.tags))
-            for item in record.run.config.update:
-                out["config"][key(item)] = json.loads(item.value_json)
-        elif kind == "config":
-            for item in record.config.update:
-                out["config"][key(item)] = json.loads(item.value_json)
-        elif kind == "history":
-            row = {key(item): json.loads(item.value_json) for item in record.history.item}
-            out["history"].append(row)
-            out["summary"].update({k: v for k, v in row.items() if not k.startswith("_")})
-        elif kind == "summary":
-            for item in record.summary.update:
-                out["summary"][key(item)] = json.loads(item.value_json)
-    for name, value in out["config"].items():  # W&B stores config values as {"value": v}
-        if isinstance(value, dict) and set(value) == {"value"}:
-            out["config"][name] = value["value"]
-    return out

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestEvaluationPlugin
+from pall_avalanche.evaluation import RequestLog, request_evaluator
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import Request, RequestSequence
 from pall_avalanche.strategies import METHODS, build_strategy
@@ -37,17 +37,23 @@ def seq(text: str, n_tasks: int = 5) -> RequestSequence:
     )
 
 
-def make_strategy(method: str, *, seed: int = 0, model: str = "mlp", **overrides):
-    """(strategy, benchmark, evaluation plugin) for ``method`` on a reduced digits set."""
+def make_strategy(method: str, *, seed: int = 0, model: str = "mlp", measured: bool = True,
+                  **overrides):
+    """(strategy, benchmark, request log) for ``method`` on a reduced digits set, its
+    evaluator measuring every request as the runner's does (``measured=False``: no
+    measurement, for tests that rewind the strategy's state and replay a request)."""
     config = {**FAST_CONFIG, "model": model, **overrides}
     torch.manual_seed(seed)
     bm = build_benchmark("digits", seed=seed, train_per_task=config["train_per_task"])
     net = build_model(model, input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2,
                       per_task_tokens=METHODS[method].strategy.per_task_tokens,
                       **config.get("model_kwargs", {}))
-    evaluation = RequestEvaluationPlugin(bm.test_stream, eval_mb_size=config["eval_batch_size"])
-    strategy = build_strategy(method, model=net, config=config, plugins=[evaluation])
-    return strategy, bm, evaluation
+    log = RequestLog()
+    strategy = build_strategy(method, model=net, config=config, plugins=[log],
+                              evaluator=request_evaluator(bm.test_stream,
+                                                          config["eval_batch_size"])
+                              if measured else None)
+    return strategy, bm, log
 
 
 def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

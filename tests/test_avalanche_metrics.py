@@ -13,7 +13,7 @@ from avalanche.logging import TextLogger
 from avalanche.training.plugins import EvaluationPlugin, LRSchedulerPlugin
 
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestEvaluationPlugin, compute_metrics, unlearning_metrics
+from pall_avalanche.evaluation import RequestLog, compute_metrics, unlearning_metrics
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import generate_requests
 from pall_avalanche.strategies import PALL
@@ -29,7 +29,7 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     evaluator = EvaluationPlugin(accuracy_metrics(experience=True),
                                  *unlearning_metrics(bm.test_stream, eval_mb_size=64),
                                  loggers=[TextLogger(text)])
-    reference = RequestEvaluationPlugin(bm.test_stream, eval_mb_size=64)   # the runner's path
+    reference = RequestLog()               # the runner's records are built from this log
     strategy = PALL(model=model, optimizer=optimizer, alpha=0.2, buffer_size=50,
                     n_retrain_iters=2, train_mb_size=32, train_epochs=2, eval_mb_size=64,
                     evaluator=evaluator, plugins=[
@@ -50,6 +50,17 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
         assert xs == list(range(len(requests)))
         assert ys == [row[task] for row in reference.accuracy]
     assert values["UnlearningMetrics/model_size_mb"][1][-1] == reference.model_sizes_mb[-1]
+    # the last row, recomputed by hand: one test sample at a time through its task's head
+    model = strategy.model.eval()
+    with torch.no_grad():
+        for task in range(5):
+            data = bm.test_stream[task].dataset.eval()
+            hits = [int(model(data[i][0][None], task).argmax()) == int(data[i][1])
+                    for i in range(len(data))]
+            assert reference.accuracy[-1][task] == pytest.approx(100 * sum(hits) / len(hits))
+    # one after_request per request, in order, with the request's kind and task
+    assert [(r["kind"], r["task"]) for r in reference.results] == [
+        (r.kind, r.task) for r in requests]
     logged = text.getvalue()
     assert "UnlearningMetrics/A_l = " in logged and "UnlearningMetrics/F_u = " in logged
     assert "Top1_Acc_Exp" in logged                    # Avalanche's own metric beside ours

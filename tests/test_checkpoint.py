@@ -90,9 +90,12 @@ def test_twice_killed_run_and_checkpoint_contents(tmp_path):
     state = torch.load(ckpt, weights_only=True)
     assert state["requests_done"] == 3 and state["resumed_after"] == [1]
     strategy = state["strategy"]["strategy"]
-    assert strategy["active_tasks"] == [1] and strategy["learning_order"] == [1]
-    assert strategy["learning_history"] == [0, 1]
-    assert len(strategy["unlearning_stats"]) == 1
+    assert strategy["active_tasks"] == [1] and strategy["clock.train_exp_counter"] == 2
+    results = next(v["results"] for k, v in state["strategy"]["plugins"].items()
+                   if k.endswith(":RequestLog"))
+    assert [(r["kind"], r["task"]) for r in results] == [("learn", 0), ("learn", 1),
+                                                         ("unlearn", 0)]
+    assert results[2]["statistics"]["redrawn"] > 0 and results[0]["statistics"] == {}
     (entries, tasks), = strategy["ledger.events"]  # U0 retrained entries with B^1
     assert tasks == {1} and entries["__kind__"] == "mask_set"
     buffers = next(v["buffers"] for k, v in state["strategy"]["plugins"].items()

@@ -135,7 +135,7 @@ def test_unlearned_tasks_are_at_chance_and_model_size_counts_masks():
     floats, bits = strategy.inference_size()
     n = sum(p.numel() for p in strategy.model.net.parameters())
     assert floats == n and bits == 2 * n               # two masks remain (tasks 2 and 4)
-    assert len(strategy.unlearning_stats) == 3
+    assert len(evaluation.unlearning_statistics()) == 3
 
 
 def test_bad_hyper_parameters_fail_clearly():

@@ -201,7 +201,8 @@ def test_er_retraining_depends_only_on_the_remaining_buffers(model):
     """Same RNG state, different pre-unlearning weights: a bit-identical result, so nothing
     of the model that saw D^t survives unlearning."""
     kwargs = {"model_kwargs": TINY_VIT} if model == "vit_t8" else {}
-    strategy, bm, _ = make_strategy("er_retrain", model=model, epochs=1, **kwargs)
+    strategy, bm, _ = make_strategy("er_retrain", model=model, epochs=1, measured=False,
+                                    **kwargs)
     stream = RequestStream(bm, seq("L0 L1 U1"))
     for exp in stream[:2]:
         strategy.train(exp)

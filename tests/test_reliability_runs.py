@@ -125,15 +125,15 @@ def clean(tmp_path_factory) -> dict:
 def _compete(out: Path, logs: Path, barrier, results) -> None:
     """One of two processes running the same four records on ``out`` (forked child)."""
     torch.set_num_threads(1)
-    real = runner.run_record
+    real = runner.run_spec
 
-    def logged(method, seed, *args, **kwargs):
+    def logged(spec, **kwargs):
         with (logs / f"{os.getpid()}.log").open("a") as f:
-            f.write(f"{method} {seed}\n")
+            f.write(f"{spec.method} {spec.seed}\n")
         time.sleep(0.5)  # a record takes a while: the other process must find work left
-        return real(method, seed, *args, **kwargs)
+        return real(spec, **kwargs)
 
-    runner.run_record = logged
+    runner.run_spec = logged
     runner.LOCK_POLL_SECONDS = 0.1
     barrier.wait(timeout=60)
     records = run(out, methods=("sequential", "ewc"), seeds=(0, 1))
@@ -242,7 +242,7 @@ def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monke
 
         thread = threading.Thread(target=other_owner_finishes)
         thread.start()
-        monkeypatch.setattr(runner, "run_record", not_called)
+        monkeypatch.setattr(runner, "run_spec", not_called)
         started = time.monotonic()
         record, = run(out)
         waited = time.monotonic() - started
@@ -299,7 +299,7 @@ def test_leftovers_of_killed_runs_are_removed(tmp_path, monkeypatch):
     assert not planted[2].exists() and not planted[3].exists()  # seed 1 was computed
     assert records[0] == json.loads(finished) and records[1]["seed"] == 1
     lock.unlink()
-    monkeypatch.setattr(runner, "run_record", not_called)
+    monkeypatch.setattr(runner, "run_spec", not_called)
     again = run(out, seeds=(0, 1))
     assert again == records and done.read_bytes() == finished
     assert debris(out) == []
@@ -435,16 +435,16 @@ from pathlib import Path
 log, barrier, script = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 import pall_avalanche.runner as runner
 
-real = runner.run_record
+real = runner.run_spec
 
 
-def logged(method, seed, *args, **kwargs):
+def logged(spec, **kwargs):
     with log.open("a") as f:
-        f.write(f"{method} {seed}\\n")
-    return real(method, seed, *args, **kwargs)
+        f.write(f"{spec.method} {spec.seed}\\n")
+    return real(spec, **kwargs)
 
 
-runner.run_record = logged
+runner.run_spec = logged
 (barrier / str(os.getpid())).touch()
 while len(list(barrier.iterdir())) < 2:
     time.sleep(0.02)

@@ -170,6 +170,7 @@ def test_bad_input_fails_with_one_line(tmp_path, capsys, args, message):
                 and p not in files.values()]
 
 
+@pytest.mark.slow   # the in-process resume tests (test_checkpoint.py) cover every method
 def test_killed_run_resumes_without_recomputing_or_corruption(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, str(SCRIPT), "--methods", "sequential,independent", "--seeds", "0",

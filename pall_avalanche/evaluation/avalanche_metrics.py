@@ -6,15 +6,16 @@
                                  *unlearning_metrics(benchmark.test_stream),
                                  loggers=[TextLogger(), InteractiveLogger()])
 
-After every request (learning or unlearning) it evaluates every task of the test stream
-(:class:`~pall_avalanche.evaluation.RequestEvaluationPlugin`'s evaluation, timing and model
-size) and emits, as Avalanche metric values at x = the request's index:
+After every request (learning or unlearning) it measures the request
+(:class:`~pall_avalanche.evaluation.RequestMeasurement`: time, every task of the test stream,
+model size) and emits, as Avalanche metric values at x = the request's index:
 ``UnlearningMetrics/accuracy/task<t>`` for every task, ``UnlearningMetrics/A_l``, ``A_u``,
 ``F_l``, ``F_u``, ``F_u_max`` as they become defined (:func:`compute_metrics` over the requests
 so far, with the final denominators T−1 and N_u of the sequence seen so far),
 ``UnlearningMetrics/request_seconds`` and ``UnlearningMetrics/model_size_mb``. Avalanche's
 loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evaluator's
-``get_last_metrics()`` returns them.
+``get_last_metrics()`` returns them. This is the one evaluation path: the runner's records are
+built from the same measurements (:class:`~pall_avalanche.evaluation.RequestLog`).
 
 Avalanche hands a metric only the strategy, not the unlearned task: the metric finds it as
 the task that left ``strategy.active_tasks`` during the request.
@@ -22,33 +23,45 @@ the task that left ``strategy.active_tasks`` during the request.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricValue
+from avalanche.training.plugins import EvaluationPlugin
 
+from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.evaluation.measurement import RequestMeasurement
 from pall_avalanche.evaluation.metrics import compute_metrics
-from pall_avalanche.evaluation.plugin import RequestEvaluationPlugin
 from pall_avalanche.requests import Request, RequestSequence
 
-__all__ = ["UnlearningMetrics", "unlearning_metrics"]
+__all__ = ["UnlearningMetrics", "request_evaluator", "unlearning_metrics"]
 
 PREFIX = "UnlearningMetrics"
 
 
-class UnlearningMetrics(PluginMetric[dict]):
+class UnlearningMetrics(PluginMetric[dict], Stateful):
     """Every task's accuracy, the paper's metrics, request time and model size after every
-    request (module docstring).
+    request (module docstring). It also hands each request's
+    :class:`~pall_avalanche.core.RequestResult` to the strategy
+    (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.request_measured`), which fires
+    ``after_request`` with it. Its state (the requests and rows so far) is saved with the
+    strategy's checkpoints.
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
     """
 
+    checkpoint_attributes = ("requests", "rows")
+
     def __init__(self, test_stream: Sequence, eval_mb_size: int | None = None) -> None:
         super().__init__()
-        self.evaluation = RequestEvaluationPlugin(test_stream, eval_mb_size)
-        self.n_tasks = len(self.evaluation.test_stream)
-        self.requests: list[Request] = []
+        self.measurement = RequestMeasurement(test_stream, eval_mb_size)
+        self.n_tasks = len(self.measurement.test_stream)
+        #: The requests measured so far, as (kind, task).
+        self.requests: list[tuple[str, int]] = []
+        #: Their accuracy rows.
+        self.rows: list[list[float]] = []
         self._active_before: list[int] = []
         self._last: dict = {}
 
@@ -59,42 +72,41 @@ class UnlearningMetrics(PluginMetric[dict]):
     def reset(self) -> None:
         """Nothing to reset between Avalanche's phases: the metric spans the sequence."""
 
-    # learning requests: the evaluation plugin's own timing hooks
+    # learning requests
     def before_training_exp(self, strategy) -> None:
-        self.evaluation.before_training_exp(strategy)
+        self.measurement.start(strategy)
 
     def before_training_epoch(self, strategy) -> None:
-        self.evaluation.before_training_epoch(strategy)
+        self.measurement.start_epoch(strategy)
 
     def after_training_epoch(self, strategy) -> None:
-        self.evaluation.after_training_epoch(strategy)
+        self.measurement.end_epoch(strategy)
 
     def after_training_exp(self, strategy) -> list[MetricValue]:
-        self.evaluation.after_training_exp(strategy)
-        self.requests.append(Request("learn", int(strategy.experience.task_label)))
-        return self._emit()
+        return self._finish(strategy, "learn", int(strategy.experience.task_label))
 
     # unlearning requests (events of the unlearning template, forwarded by the evaluator)
     def before_unlearning(self, strategy) -> None:
         self._active_before = list(strategy.active_tasks)
-        self.evaluation.before_unlearning(strategy, task=-1)
+        self.measurement.start(strategy)
 
     def after_unlearning(self, strategy) -> list[MetricValue]:
         (task,) = set(self._active_before) - set(strategy.active_tasks)
-        self.evaluation.after_unlearning(strategy, task=task)
-        self.requests.append(Request("unlearn", task))
-        return self._emit()
+        return self._finish(strategy, "unlearn", task)
 
-    def _emit(self) -> list[MetricValue]:
-        index = len(self.requests) - 1
-        values = {f"{PREFIX}/accuracy/task{t}": a
-                  for t, a in enumerate(self.evaluation.accuracy[-1])}
-        metrics = compute_metrics(self.evaluation.accuracy,
-                                  RequestSequence(self.requests, self.n_tasks))
-        values.update({f"{PREFIX}/{name}": value for name, value in metrics.items()
+    def _finish(self, strategy, kind: str, task: int) -> list[MetricValue]:
+        index = len(self.requests)
+        result = self.measurement.finish(strategy, index, kind, task)
+        self.requests.append((kind, task))
+        self.rows.append(list(result.accuracy))
+        strategy.request_measured(result)
+        values = {f"{PREFIX}/accuracy/task{t}": a for t, a in enumerate(result.accuracy)}
+        sequence = RequestSequence([Request(k, t) for k, t in self.requests], self.n_tasks)
+        values.update({f"{PREFIX}/{name}": value
+                       for name, value in compute_metrics(self.rows, sequence).items()
                        if value is not None})
-        values[f"{PREFIX}/request_seconds"] = self.evaluation.timings[-1]["seconds"]
-        values[f"{PREFIX}/model_size_mb"] = self.evaluation.model_sizes_mb[-1]
+        values[f"{PREFIX}/request_seconds"] = result.seconds
+        values[f"{PREFIX}/model_size_mb"] = result.model_size_mb
         self._last = values
         return [MetricValue(self, name, value, index) for name, value in values.items()]
 
@@ -111,3 +123,19 @@ def unlearning_metrics(test_stream: Sequence, eval_mb_size: int | None = None
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
     """
     return [UnlearningMetrics(test_stream, eval_mb_size)]
+
+
+def request_evaluator(test_stream: Sequence, eval_mb_size: int | None = None, *,
+                      loggers: Sequence = ()) -> EvaluationPlugin:
+    """An Avalanche ``EvaluationPlugin`` with :func:`unlearning_metrics` only (what the
+    runner gives every strategy): the requests are measured and ``after_request`` fires; the
+    values reach ``loggers`` (none by default: the runner writes records and W&B itself).
+
+    :param test_stream: the benchmark's test stream (experience t = task t).
+    :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
+    :param loggers: Avalanche loggers to show the values.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No loggers specified")
+        return EvaluationPlugin(*unlearning_metrics(test_stream, eval_mb_size),
+                                loggers=list(loggers))

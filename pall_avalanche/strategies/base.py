@@ -6,6 +6,13 @@
 ``after_unlearning`` around the method's own ``_unlearn`` step, so metrics, loggers and
 method plugins react to unlearning like to any other event.
 
+Every request ends in one event, ``after_request(strategy, result)``, fired once the request
+is over (every plugin of it done) with its :class:`~pall_avalanche.core.RequestResult`: the
+request's measurement (:func:`~pall_avalanche.evaluation.unlearning_metrics` in the
+evaluator, which hands it over with :meth:`UnlearningTemplate.request_measured`) plus the
+method's own :meth:`UnlearningTemplate.request_statistics`. Records, checkpoints, W&B and
+the audit subscribe to it.
+
 Conventions shared by all methods (docs/fidelity.md, "Baselines"):
 
 - ``active_tasks`` is Ω in learning order: a task joins after its training experience
@@ -34,7 +41,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from pall_avalanche.checkpoint import Stateful
-from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
@@ -108,6 +115,8 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         self._optimizer_defaults = dict(optimizer.defaults)
         self.active_tasks: list[int] = []
         self.lr_schedule = lr_schedule
+        self._statistics: dict = {}
+        self._measured: RequestResult | None = None
 
     # ------------------------------------------------------------------ requests
     def train(self, experiences: CLExperience | Iterable[CLExperience],
@@ -129,7 +138,9 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                     f"task {task} is already learned (active tasks {self.active_tasks}); "
                     "unlearn it before learning it again"
                 )
+            self._statistics = {}
             super().train(exp, eval_streams, **kwargs)
+            self._end_request()
         return self.evaluator.get_last_metrics()
 
     def forward(self):
@@ -160,10 +171,31 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                 f"{self.active_tasks})"
             )
         self.model.to(self.device)
+        self._statistics = {}
         trigger_plugins(self, "before_unlearning", task=task)
         self.active_tasks.remove(task)
         self._unlearn(task)
         trigger_plugins(self, "after_unlearning", task=task)
+        self._end_request()
+
+    def request_statistics(self) -> dict:
+        """The method's own figures about the request in progress or just finished (name →
+        JSON-ready value; e.g. PALL's re-drawn and retrained entries, Table A2). Empty by
+        default; a method fills ``self._statistics`` during the request."""
+        return dict(self._statistics)
+
+    def request_measured(self, result: RequestResult) -> None:
+        """Hand over the measurement of the request in progress (called once per request by
+        :class:`~pall_avalanche.evaluation.UnlearningMetrics`); the template fires
+        ``after_request`` with it when the request is over."""
+        self._measured = result
+
+    def _end_request(self) -> None:
+        """Fire ``after_request`` on every plugin with the request's measured result (none
+        when the evaluator does not measure requests)."""
+        result, self._measured = self._measured, None
+        if result is not None:
+            trigger_plugins(self, "after_request", result=result)
 
     def _unlearn(self, task: int) -> None:
         """The method's unlearning step, with ``task`` already out of ``active_tasks``.
@@ -237,15 +269,20 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     # --------------------------------------------------------------- checkpoints
     def _stateful_plugins(self) -> dict[str, Stateful]:
-        """Position:class → every plugin with checkpoint attributes (stateless ones, such as
-        a progress or kill-switch plugin, may differ between the saved and the resumed run)."""
-        return {f"{i}:{type(p).__name__}": p for i, p in enumerate(self.plugins)
-                if isinstance(p, Stateful) and p.all_checkpoint_attributes()}
+        """Position:class → every plugin, and every metric of the evaluator, with checkpoint
+        attributes (stateless ones, such as a progress or kill-switch plugin, may differ
+        between the saved and the resumed run)."""
+        def stateful(items: Iterable, prefix: str) -> dict[str, Stateful]:
+            return {f"{prefix}{i}:{type(p).__name__}": p for i, p in enumerate(items)
+                    if isinstance(p, Stateful) and p.all_checkpoint_attributes()}
+
+        return {**stateful(self.plugins, ""),
+                **stateful(getattr(self.evaluator, "metrics", ()), "metric ")}
 
     def checkpoint_state(self) -> dict:
         """The strategy's state between requests, as plain data: ``model`` (its
         ``state_dict``), ``strategy`` (:meth:`state_dict`) and ``plugins`` (position:class →
-        ``state_dict``)."""
+        ``state_dict``, the evaluator's stateful metrics included)."""
         return {"model": self.model.state_dict(), "strategy": self.state_dict(),
                 "plugins": {key: p.state_dict() for key, p in self._stateful_plugins().items()}}
 

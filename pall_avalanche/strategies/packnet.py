@@ -88,7 +88,7 @@ class PackNet(SubnetworkStrategy):
 
     def keep_fraction(self) -> float:
         """The share of the free entries the learning task keeps: 1 / (T - j)."""
-        n_before = len(self.learning_history) - 1
+        n_before = self.clock.train_exp_counter    # learning requests before this one
         return 1.0 / max(1, self.model.net.n_tasks - n_before)
 
     def start_task(self, task: int) -> None:

@@ -43,7 +43,7 @@ class PALL(SubnetworkStrategy):
         stored-logit channel closes too).
     """
 
-    checkpoint_attributes = ("learning_order", "unlearning_stats", "ledger.events")
+    checkpoint_attributes = ("ledger.events",)
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, alpha: float,
                  n_retrain_iters: int = 50, beta: float = 0.5, buffer_size: int = 500,
@@ -61,21 +61,21 @@ class PALL(SubnetworkStrategy):
             store_logits=bool(beta),
         )
         self.ledger = RetrainingLedger()
-        self.learning_order: list[int] = []
-        self.unlearning_stats: list[dict] = []
         super().__init__(model=net, optimizer=optimizer, alpha=alpha,
                          plugins=[self.resetting, self.rehearsal, *(plugins or [])], **kwargs)
 
-    def start_task(self, task: int) -> None:
-        super().start_task(task)
-        self.learning_order.append(task)
+    def stored_order(self) -> list[int]:
+        """The tasks whose masks are stored, in learning order (Ω, plus the task being
+        unlearned while its request runs): the order of the stored masks, since a task's
+        mask is stored when it is learned and deleted when it is unlearned."""
+        return list(self.model.masks)
 
     def forget_set(self, task: int) -> MaskSet:
         """m̄_t = (m_t ∧ ¬P) ∪ (m_t ∧ entries retrained with B^t), P = OR of the masks of the
         remaining tasks learned before t."""
         net: SubnetworkNet = self.model
-        position = self.learning_order.index(task)
-        earlier = [t for t in self.learning_order[:position] if t in net.masks and t != task]
+        order = self.stored_order()
+        earlier = order[:order.index(task)]
         mask = net.masks[task]
         return (mask - net.cumulative_mask(earlier)) | (
             mask & self.ledger.updated_with(task, net.shapes))
@@ -86,10 +86,11 @@ class PALL(SubnetworkStrategy):
         while t's weights were in the forward pass (a superset where τ never used t's
         entries: re-drawing more is safe)."""
         net: SubnetworkNet = self.model
-        position = self.learning_order.index(task)
+        order = self.stored_order()
+        position = order.index(task)
         out = MaskSet.empty(net.shapes)
-        for i, later in enumerate(self.learning_order[position + 1:], start=position + 1):
-            out = out | (net.masks[later] - net.cumulative_mask(self.learning_order[:i]))
+        for i, later in enumerate(order[position + 1:], start=position + 1):
+            out = out | (net.masks[later] - net.cumulative_mask(order[:i]))
         return out
 
     def redraw_set(self, task: int) -> MaskSet:
@@ -105,7 +106,6 @@ class PALL(SubnetworkStrategy):
         retrain = forget & remaining
         before = {n: w.detach().clone() for n, w in net.named_weights()}
         net.remove_mask(task)
-        self.learning_order.remove(task)
         redraw_(net, forget)
         net.net.reset_task_parameters_(task)
         if self.active_tasks and self.rehearsal.n_retrain_iters and retrain.count():
@@ -133,7 +133,7 @@ class PALL(SubnetworkStrategy):
         change = sum(float((w - before[n])[m].abs().sum())
                      for (n, w), m in zip(net.named_weights(), retrain.bools().values(),
                                           strict=True))
-        self.unlearning_stats.append({
+        self._statistics.update({
             "redrawn": forget.count(),
             "retrained": n_retrained,
             "retrained_fraction": n_retrained / self._dense_size(),

@@ -79,19 +79,24 @@ def make_optimizer(config: Mapping, params) -> torch.optim.Optimizer:
 
 def build_strategy(name: str, *, model: nn.Module, config: Mapping,
                    plugins: Sequence[BasePlugin] = (), device: str | torch.device = "cpu",
-                   ) -> UnlearningTemplate:
-    """Build method ``name`` from a resolved configuration (see ``benchmarks/configs``)."""
+                   evaluator: EvaluationPlugin | None = None) -> UnlearningTemplate:
+    """Build method ``name`` from a resolved configuration (see ``pall_avalanche/configs``).
+
+    :param evaluator: the strategy's Avalanche evaluator; give
+        :func:`~pall_avalanche.evaluation.request_evaluator` (or an ``EvaluationPlugin`` with
+        :func:`~pall_avalanche.evaluation.unlearning_metrics`) to have every request measured
+        and ``after_request`` fired. ``None``: an evaluator with no metrics and no loggers.
+    """
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; valid methods are {sorted(METHODS)}")
     spec = METHODS[name]
     missing = [k for k in spec.params if k not in config]
     if missing:
         raise ValueError(f"the configuration lacks {missing}, needed by method {name!r}")
-    with warnings.catch_warnings():
-        # Results are recorded by our own plugins (RequestEvaluationPlugin, W&B logging), so
-        # Avalanche's evaluator has no loggers on purpose.
-        warnings.filterwarnings("ignore", message="No loggers specified")
-        evaluator = EvaluationPlugin(loggers=[])
+    if evaluator is None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="No loggers specified")
+            evaluator = EvaluationPlugin(loggers=[])
     return spec.strategy(
         model=model,
         optimizer=make_optimizer(config, model.parameters()),

@@ -133,11 +133,12 @@ class DynamicSparse(IndependentSubnetworks):
 
     def start_task(self, task: int) -> None:
         net: SubnetworkNet = self.model
-        if len(self.learning_history) > net.net.n_tasks:
+        learned_before = self.clock.train_exp_counter    # learning requests before this one
+        if learned_before >= net.net.n_tasks:
             raise ValueError(
-                f"learning request {len(self.learning_history)} (task {task}): dynamic sparse "
+                f"learning request {learned_before + 1} (task {task}): dynamic sparse "
                 f"subnetworks split each layer into T={net.net.n_tasks} shares, one per "
                 "learning request; a task cannot be learned again after it was unlearned")
         available = net.cumulative_mask(self.active_tasks).complement()
         net.start_learning(task, eligible=available,
-                           keep=self.shares(len(self.learning_history) - 1))
+                           keep=self.shares(learned_before))

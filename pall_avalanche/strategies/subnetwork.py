@@ -69,7 +69,6 @@ class SubnetworkStrategy(UnlearningTemplate):
     """
 
     per_task_tokens = True
-    checkpoint_attributes = ("learning_history",)
     #: Whether a learning request optimises fresh scores (:meth:`SubnetworkNet.start_learning`).
     learns_scores: bool = True
 
@@ -77,8 +76,6 @@ class SubnetworkStrategy(UnlearningTemplate):
                  alpha: float = 1.0, plugins=None, **kwargs) -> None:
         self.freezing = MaskFreezingPlugin(float(optimizer.defaults.get("weight_decay", 0.0)),
                                            frozen=lambda strategy: strategy.frozen_entries())
-        #: Every learning request's task, in order (unlearning does not shorten it).
-        self.learning_history: list[int] = []
         net = as_subnetwork_net(model, alpha)
         _check_every_parameter_is_trained(net)
         super().__init__(model=net, optimizer=optimizer,
@@ -88,9 +85,7 @@ class SubnetworkStrategy(UnlearningTemplate):
     def model_adaptation(self, model=None):
         model = super().model_adaptation(model)
         if self.is_training:
-            task = self.experience.task_label
-            self.learning_history.append(task)
-            self.start_task(task)
+            self.start_task(self.experience.task_label)
         return model
 
     def start_task(self, task: int) -> None:

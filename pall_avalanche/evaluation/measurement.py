@@ -1,10 +1,9 @@
-"""The evaluation plugin: after every request, evaluate every task.
+"""Measuring a request: after every request, evaluate every task.
 
-:class:`RequestEvaluationPlugin` fills the accuracy matrix a_{i,t} (one row per request,
-every task of the test stream — unlearned and not-yet-learned ones included), the wall time
-of each request (per epoch for learning; total for unlearning; evaluation excluded) and the
-inference model size after each request. Append it last to the strategy's plugins so that its
-timing covers the method's own end-of-request work.
+:class:`RequestMeasurement` gives row i of the accuracy matrix a_{i,t} (every task of the test
+stream — unlearned and not-yet-learned ones included), the wall time of the request (per epoch
+for learning; total for unlearning; evaluation excluded) and the inference model size after it,
+as a :class:`~pall_avalanche.core.RequestResult`.
 
 A learning request can fail silently: A_l averages over tasks, so one task left at chance right
 after it was learned hides in it. After every learning request the plugin also measures the
@@ -28,13 +27,13 @@ from avalanche.models.utils import avalanche_forward
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.core import RequestResult
 from pall_avalanche.evaluation.metrics import model_size_mb
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["LearningWarning", "RequestEvaluationPlugin", "balanced_accuracy", "evaluate_tasks",
+__all__ = ["LearningWarning", "RequestMeasurement", "balanced_accuracy", "evaluate_tasks",
            "learning_failed"]
 
 
@@ -95,25 +94,24 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
     return accuracies
 
 
-class RequestEvaluationPlugin(UnlearningPlugin):
-    """Accuracy matrix, per-request timings and model sizes of a request sequence.
+class RequestMeasurement:
+    """Measures each request of a strategy (the work of
+    :class:`~pall_avalanche.evaluation.UnlearningMetrics`): its wall time (per epoch for
+    learning; evaluation excluded), then every task's accuracy on the test stream, the
+    inference model size and, for learning, :func:`learning_failed` on the task's own
+    training data; the result is a :class:`~pall_avalanche.core.RequestResult`.
+
+    Its hooks are called by the evaluator, which runs after the method's plugins, so a
+    request's time covers the method's own end-of-request work.
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch size,
         as the paper's reference did).
     """
 
-    checkpoint_attributes = ("accuracy", "timings", "model_sizes_mb", "learning_checks")
-
     def __init__(self, test_stream: Sequence[CLExperience], eval_mb_size: int | None = None):
-        super().__init__()
         self.test_stream = list(test_stream)
         self.eval_mb_size = eval_mb_size
-        self.accuracy: list[list[float]] = []
-        self.timings: list[dict] = []
-        self.model_sizes_mb: list[float] = []
-        #: Per learning request: request index, task, balanced training accuracy, failed.
-        self.learning_checks: list[dict] = []
         self._start = 0.0
         self._epoch_start = 0.0
         self._epoch_seconds: list[float] = []
@@ -122,53 +120,52 @@ class RequestEvaluationPlugin(UnlearningPlugin):
         strategy.synchronize()
         return time.perf_counter()
 
-    def before_training_exp(self, strategy, **kwargs) -> None:
+    def start(self, strategy: UnlearningTemplate) -> None:
+        """A request starts."""
         self._epoch_seconds = []
         self._start = self._now(strategy)
 
-    def before_training_epoch(self, strategy, **kwargs) -> None:
+    def start_epoch(self, strategy: UnlearningTemplate) -> None:
+        """A training epoch starts."""
         self._epoch_start = self._now(strategy)
 
-    def after_training_epoch(self, strategy, **kwargs) -> None:
+    def end_epoch(self, strategy: UnlearningTemplate) -> None:
+        """A training epoch ended."""
         self._epoch_seconds.append(self._now(strategy) - self._epoch_start)
 
-    def after_training_exp(self, strategy, **kwargs) -> None:
-        seconds = self._now(strategy) - self._start
-        task = int(strategy.experience.task_label)
-        self._finish(strategy, {
-            "kind": "learn", "task": task, "seconds": seconds,
-            "epoch_seconds": self._epoch_seconds,
-            "seconds_per_epoch": seconds / max(len(self._epoch_seconds), 1),
-        })
-        self._check_learning(strategy, task)
+    def finish(self, strategy: UnlearningTemplate, index: int, kind: str, task: int
+               ) -> RequestResult:
+        """The request ended: its result (evaluating every task; for learning also the
+        learning check, with a :class:`LearningWarning` when it failed).
 
-    def _check_learning(self, strategy: UnlearningTemplate, task: int) -> None:
+        :param index: the request's position in the sequence.
+        :param kind: ``"learn"`` or ``"unlearn"``.
+        :param task: the task learned or unlearned.
+        """
+        seconds = self._now(strategy) - self._start
+        batch = self.eval_mb_size or strategy.train_mb_size
+        accuracy = evaluate_tasks(strategy.model, self.test_stream, batch, strategy.device)
+        check = self._check_learning(strategy, index, task) if kind == "learn" else None
+        return RequestResult(
+            index=index, kind=kind, task=task, seconds=seconds, accuracy=tuple(accuracy),
+            model_size_mb=model_size_mb(*strategy.inference_size()),
+            active_tasks=tuple(strategy.active_tasks),
+            epoch_seconds=tuple(self._epoch_seconds) if kind == "learn" else (),
+            statistics=strategy.request_statistics(), learning_check=check)
+
+    def _check_learning(self, strategy: UnlearningTemplate, index: int, task: int) -> dict:
         data = strategy.experience.dataset.eval()
         n_classes = len(set(data.targets))
         accuracy = balanced_accuracy(strategy.model, data, task,
                                      self.eval_mb_size or strategy.train_mb_size,
                                      strategy.device)
         failed = learning_failed(accuracy, n_classes, len(data))
-        self.learning_checks.append({"request": len(self.accuracy) - 1, "task": task,
-                                     "train_balanced_accuracy": accuracy, "failed": failed})
         if failed:
             warnings.warn(
-                f"learning request {len(self.accuracy) - 1} left task {task} at chance on its "
+                f"learning request {index} left task {task} at chance on its "
                 f"own training data (balanced accuracy {accuracy:.1f} %, chance "
                 f"{100 / n_classes:.1f} %): too few steps, or a learning rate or initialisation "
                 "that does not suit the model; A_l alone does not show it",
                 LearningWarning, stacklevel=2)
-
-    def before_unlearning(self, strategy, task: int, **kwargs) -> None:
-        self._start = self._now(strategy)
-
-    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
-        self._finish(strategy, {"kind": "unlearn", "task": int(task),
-                                "seconds": self._now(strategy) - self._start})
-
-    def _finish(self, strategy: UnlearningTemplate, timing: dict) -> None:
-        batch = self.eval_mb_size or strategy.train_mb_size
-        self.timings.append(timing)
-        self.accuracy.append(evaluate_tasks(strategy.model, self.test_stream, batch,
-                                            strategy.device))
-        self.model_sizes_mb.append(model_size_mb(*strategy.inference_size()))
+        return {"request": index, "task": task, "train_balanced_accuracy": accuracy,
+                "failed": failed}
