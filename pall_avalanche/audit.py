@@ -280,7 +280,7 @@ class ProvenanceTracker(UnlearningPlugin):
 
     At every unlearning request of t it checks (``results``): *direct* — every entry of
     ``direct[t]`` changed value during the request (was re-drawn) and, where the method
-    exposes ``redraw_set(t)``, lies in that set; *strict* — the same for ``forward[t]``, and no
+    promises a ``redraw_set(t)``, lies in that set; *strict* — the same for ``forward[t]``, and no
     remaining buffer stores logits computed with t's weights. Entries changed during an
     unlearning request count as re-drawn; those in a remaining task's mask as then retrained
     with that task's buffer (B^u's loss reaches only m_u), the others as trained with the
@@ -340,8 +340,7 @@ class ProvenanceTracker(UnlearningPlugin):
         self.direct[task] = changed.clone()
         self.forward[task] = torch.zeros_like(changed)
         self._clear(_flat(self._weights(strategy)) != self._end)  # re-drawn after learning
-        rehearsal = getattr(strategy, "rehearsal", None)
-        if rehearsal is not None and rehearsal.store_logits:
+        if strategy.stores_logits():
             self.logit_deps[task] = self._influencers(mask, exclude=task)
         self._start = self._end = None
 
@@ -349,10 +348,9 @@ class ProvenanceTracker(UnlearningPlugin):
         if self.results is None:
             return
         self._start = _flat(self._weights(strategy))
-        redraw_set = getattr(strategy, "redraw_set", None)
-        self._expected = None
-        if redraw_set is not None:
-            self._expected = torch.cat([b.reshape(-1) for b in redraw_set(task).bools().values()])
+        promised = strategy.redraw_set(task)
+        self._expected = None if promised is None else torch.cat(
+            [b.reshape(-1) for b in promised.bools().values()])
 
     def after_unlearning(self, strategy, task: int, **kwargs) -> None:
         if self.results is None or self._start is None:

@@ -6,9 +6,12 @@ and the replay baselines.
 - :class:`WeightResettingPlugin` stores the learned task's mask and re-draws what it must from
   the initialisation distribution: unused entries after learning, a task's entries on
   unlearning.
-- :class:`RehearsalPlugin` keeps a buffer per task (samples, for DER++ with their logits) and
-  runs the one replay loop on it: PALL retrains chosen entries, the replay baselines
-  (ER, DER++, GEM, ER (Retraining)) replay, fine-tune away and retrain from it.
+- :class:`EpisodicMemory` keeps a buffer per task (samples, for DER++ and PALL with their
+  logits): selection, storage and state.
+- :class:`ReplayObjective` is what is trained from those buffers (CE + β·MSE replay, the
+  uniform-prediction term of unlearning) in the one replay loop: PALL retrains chosen entries
+  with it, the replay baselines (ER, DER++, GEM, ER (Retraining)) replay, fine-tune away and
+  retrain from scratch with it.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SELECTIONS",
+    "EpisodicMemory",
     "MaskFreezingPlugin",
-    "RehearsalPlugin",
+    "ReplayObjective",
     "WeightResettingPlugin",
+    "check_replay_settings",
     "class_stratified_indices",
     "redraw_",
     "select_exemplars",
@@ -252,23 +257,25 @@ class WeightResettingPlugin(UnlearningPlugin):
             redraw_(net, net.cumulative_mask(strategy.active_tasks).complement())
 
 
-class RehearsalPlugin(UnlearningPlugin):
-    """An episodic memory B^t per task and the one replay loop that trains from it.
+def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
+    """β and N_f of a replay method: both >= 0."""
+    if beta < 0 or n_retrain_iters < 0:
+        raise ValueError(f"beta={beta} and n_retrain_iters={n_retrain_iters} must be >= 0")
+
+
+class EpisodicMemory(UnlearningPlugin):
+    """An episodic memory B^t per task: which samples, stored how, and its state.
 
     After learning task t, ``buffer_size // n_tasks`` class-balanced samples of D^t, chosen by
     ``selection`` (uniformly random by default), are stored un-augmented, with
     (``store_logits``) their logits z = f(x) computed on exactly those inputs in eval mode with
-    t's head (and, for PALL, t's mask). The same buffers serve PALL's retraining of chosen
-    entries (:meth:`retrain`), the replay baselines' learning-time replay
-    (:meth:`replay_loss`) and their unlearning fine-tuning and ER (Retraining)'s retraining
-    from scratch (:meth:`replay_steps`).
+    t's head (and, for PALL, t's mask). What is trained from it is
+    :class:`ReplayObjective`'s job.
 
     :param buffer_size: total capacity, split a priori over ``n_tasks``.
     :param n_tasks: the number of tasks T.
     :param classes_per_task: classes per task (the buffer must hold one sample of each).
-    :param beta: weight of the logit (MSE) term; 0 gives plain experience replay.
-    :param n_retrain_iters: N_f, iterations of :meth:`retrain` per unlearning request.
-    :param store_logits: store z with the samples (needed when ``beta > 0``).
+    :param store_logits: store z with the samples (DER++ and PALL's logit term need it).
     :param delete_on_unlearning: delete B^t in ``before_unlearning`` (PALL); with ``False``
         the strategy uses B^t while unlearning t and deletes it with :meth:`drop`.
     :param selection: how B^t's class-balanced samples are chosen, a name from
@@ -278,9 +285,9 @@ class RehearsalPlugin(UnlearningPlugin):
 
     checkpoint_attributes = ("buffers",)
 
-    def __init__(self, *, buffer_size: int, n_tasks: int, classes_per_task: int, beta: float,
-                 n_retrain_iters: int, store_logits: bool = True,
-                 delete_on_unlearning: bool = True, selection: str = "random") -> None:
+    def __init__(self, *, buffer_size: int, n_tasks: int, classes_per_task: int,
+                 store_logits: bool = True, delete_on_unlearning: bool = True,
+                 selection: str = "random") -> None:
         super().__init__()
         if selection not in SELECTIONS:
             raise ValueError(f"unknown buffer selection {selection!r}; valid selections are "
@@ -293,14 +300,9 @@ class RehearsalPlugin(UnlearningPlugin):
                 f"{n_tasks} tasks, fewer than the {classes_per_task} classes of a task; use "
                 f"buffer_size >= {n_tasks * classes_per_task}"
             )
-        if beta < 0 or n_retrain_iters < 0:
-            raise ValueError(f"beta={beta} and n_retrain_iters={n_retrain_iters} must be >= 0")
-        if beta and not store_logits:
-            raise ValueError(f"beta={beta} needs the stored logits; use store_logits=True")
-        self.beta = beta
-        self.n_retrain_iters = n_retrain_iters
         self.store_logits = store_logits
         self.delete_on_unlearning = delete_on_unlearning
+        #: task → (inputs, task-local labels, logits or None), on the training device.
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
     @torch.no_grad()
@@ -329,13 +331,31 @@ class RehearsalPlugin(UnlearningPlugin):
         """Delete B^t."""
         del self.buffers[task]
 
-    def _draw(self, task: int, n: int, stratified: bool) -> torch.Tensor:
+    def draw(self, task: int, n: int, stratified: bool) -> torch.Tensor:
         """``n`` indices of B^t: uniformly random, or class-stratified
         (:func:`class_stratified_indices`)."""
         x, y, _ = self.buffers[task]
         if stratified:
             return class_stratified_indices(y, n)
         return torch.randperm(len(x), device=x.device)[:n]
+
+
+class ReplayObjective:
+    """What is trained from an :class:`EpisodicMemory`, and the one replay loop: PALL's
+    retraining of chosen entries, the replay baselines' (ER, DER++, GEM) learning-time
+    replay, unlearning fine-tuning, and ER (Retraining)'s retraining from scratch.
+
+    :param memory: the buffers.
+    :param beta: weight of the logit (MSE) term; 0 gives plain experience replay.
+    """
+
+    def __init__(self, memory: EpisodicMemory, beta: float) -> None:
+        if beta < 0:
+            raise ValueError(f"beta={beta} must be >= 0")
+        if beta and not memory.store_logits:
+            raise ValueError(f"beta={beta} needs the stored logits; use store_logits=True")
+        self.memory = memory
+        self.beta = beta
 
     def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int, *,
                     stratified: bool = False) -> torch.Tensor:
@@ -346,12 +366,12 @@ class RehearsalPlugin(UnlearningPlugin):
         """
         loss = None
         for task in tasks:
-            x, y, z = self.buffers[task]
-            ce_index = self._draw(task, per_task, stratified)
+            x, y, z = self.memory.buffers[task]
+            ce_index = self.memory.draw(task, per_task, stratified)
             term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
             loss = term if loss is None else loss + term
             if self.beta:
-                mse_index = self._draw(task, per_task, stratified)
+                mse_index = self.memory.draw(task, per_task, stratified)
                 loss = loss + self.beta * F.mse_loss(net(x[mse_index], task), z[mse_index])
         return loss / len(tasks)
 
@@ -362,14 +382,13 @@ class RehearsalPlugin(UnlearningPlugin):
 
         :param stratified: draw the samples class-stratified instead of uniformly.
         """
-        x, _, _ = self.buffers[task]
-        logits = net(x[self._draw(task, n, stratified)], task)
+        x, _, _ = self.memory.buffers[task]
+        logits = net(x[self.memory.draw(task, n, stratified)], task)
         return F.cross_entropy(logits, torch.full_like(logits, 1.0 / logits.shape[1]))
 
-    def replay_steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
-                     param_groups: list[dict], n_iters: int,
-                     trainable: list[torch.Tensor] | None = None,
-                     forget: int | None = None) -> None:
+    def steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
+              param_groups: list[dict], n_iters: int,
+              trainable: list[torch.Tensor] | None = None, forget: int | None = None) -> None:
         """The replay objective in the strategy's optimisation loop
         (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.optimization_steps`):
         ``n_iters`` steps on :meth:`replay_loss` over ``tasks``, ``batch_size // |tasks|``
@@ -386,7 +405,7 @@ class RehearsalPlugin(UnlearningPlugin):
         :param forget: a task whose buffer is pushed towards uniform predictions.
         """
         if not tasks and forget is None:
-            raise ValueError("replay_steps needs remaining tasks or a task to forget; got "
+            raise ValueError("replay steps need remaining tasks or a task to forget; got "
                              f"tasks={list(tasks)} and forget=None")
         net = strategy.model
         batch = strategy.train_mb_size
@@ -401,17 +420,3 @@ class RehearsalPlugin(UnlearningPlugin):
             return total
 
         strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)
-
-    def retrain(self, strategy: UnlearningTemplate, entries: MaskSet,
-                tasks: Sequence[int]) -> None:
-        """PALL's retraining: N_f :meth:`replay_steps` updating only ``entries``; per
-        iteration, for each task τ, CE on a minibatch of B^τ plus β·MSE(f_{θ⊙m_τ}(x'), z') on
-        a second one (batch_size // |Ω| each), averaged over tasks."""
-        net: SubnetworkNet = strategy.model
-        device = net.weight(HEAD).device
-        params = [w for _, w in net.named_weights()]
-        trainable = [m.float() for m in entries.bools(device).values()]
-        with net.unpacked(len(tasks)):
-            self.replay_steps(strategy, tasks,
-                              param_groups=[{"params": params, "weight_decay": 0.0}],
-                              n_iters=self.n_retrain_iters, trainable=trainable)

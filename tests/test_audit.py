@@ -117,7 +117,7 @@ def test_beta_zero_stores_no_logits_and_cascade_redraws_later_tasks():
     for s in (strategy, strict):
         for exp in RequestStream(bm, seq("L0 L1 L2")):
             s.train(exp)
-    assert all(z is None for _, _, z in strategy.rehearsal.buffers.values())
+    assert all(z is None for _, _, z in strategy.memory.buffers.values())
     net = strict.model
     own_2 = net.masks[2] - net.cumulative_mask([0, 1])
     assert strict.cascade_set(0) == (net.masks[1] - net.masks[0]) | own_2

@@ -231,7 +231,7 @@ def test_replay_unlearning_minibatches(method):
     stream = RequestStream(bm, seq("L0 L1 L2 U1"))
     for exp in stream[:3]:
         strategy.train(exp)
-    buffers = {t: (x.clone(), y.clone()) for t, (x, y, _) in strategy.rehearsal.buffers.items()}
+    buffers = {t: (x.clone(), y.clone()) for t, (x, y, _) in strategy.memory.buffers.items()}
     recorder = Recorder(strategy.model)
     strategy.model = recorder
     strategy.train(stream[3])
@@ -248,7 +248,7 @@ def test_replay_unlearning_minibatches(method):
             counts = torch.bincount(buffers[task][1][rows], minlength=2).tolist()
             size = 32 if task == 1 else 32 // 2            # a full batch for B^t
             assert counts == [size // 2, size // 2], (task, counts)
-    assert sorted(strategy.rehearsal.buffers) == [0, 2]
+    assert sorted(strategy.memory.buffers) == [0, 2]
 
 
 def test_class_stratified_indices_spread_draws_over_classes():

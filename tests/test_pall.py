@@ -74,21 +74,21 @@ def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(m
     theta_bar = m0 & net.cumulative_mask([1, 2])
     assert theta_bar.count() > 0, "tasks 1 and 2 must reuse some of task 0's entries"
     seen = {}
-    original_retrain = strategy.rehearsal.retrain
+    original_retrain = strategy.retrain
 
-    def recording_retrain(strat, entries, tasks):
-        seen["redrawn"] = weights(strat)
+    def recording_retrain(entries, tasks):
+        seen["redrawn"] = weights(strategy)
         seen["entries"], seen["tasks"] = entries, list(tasks)
-        original_retrain(strat, entries, tasks)
+        original_retrain(entries, tasks)
 
-    strategy.rehearsal.retrain = recording_retrain
+    strategy.retrain = recording_retrain
     before = weights(strategy)
     strategy.train(stream[3])
     after = weights(strategy)
     assert changed(before, after) == forget            # every entry of m̄_0 moved, no other
     assert seen["entries"] == theta_bar and seen["tasks"] == [1, 2]
     assert changed(seen["redrawn"], after) == theta_bar   # retraining moved exactly θ̄
-    assert 0 not in strategy.rehearsal.buffers and 0 not in net.masks
+    assert 0 not in strategy.memory.buffers and 0 not in net.masks
     assert all(0 not in tasks for _, tasks in strategy.ledger.events)
 
 
@@ -99,7 +99,7 @@ def test_unlearning_the_latest_task_leaves_other_predictions_unchanged():
         strategy.train(exp)
     logits = {t: predictions(strategy.model, bm, t) for t in (0, 1)}
     calls = []
-    strategy.rehearsal.retrain = lambda *args: calls.append(args)
+    strategy.retrain = lambda *args: calls.append(args)
     strategy.train(stream[3])
     assert calls == []                                 # nothing to retrain
     for t in (0, 1):

@@ -46,9 +46,9 @@ def test_buffer_is_class_balanced_and_holds_real_samples_of_its_task():
     strategy, bm, _ = make_strategy("er", buffer_size=55, epochs=1)   # 55 // 5 = 11 per task
     for exp in bm.train_stream[:2]:
         strategy.train(exp)
-    assert sorted(strategy.rehearsal.buffers) == [0, 1]
+    assert sorted(strategy.memory.buffers) == [0, 1]
     for task in (0, 1):
-        x, y, z = strategy.rehearsal.buffers[task]
+        x, y, z = strategy.memory.buffers[task]
         assert z is None                                   # ER stores no logits
         assert torch.bincount(y).tolist() == [6, 5]        # remainder to the first class
         data = bm.train_stream[task].dataset.eval()
@@ -66,7 +66,7 @@ def test_request_sequence_learns_unlearns_and_deletes_the_buffer(method):
     stream = RequestStream(bm, requests)
     for exp in stream[:3]:
         strategy.train(exp)
-    x1 = strategy.rehearsal.buffers[1][0].clone()
+    x1 = strategy.memory.buffers[1][0].clone()
     before = uniform_ce(strategy.model, x1, 1)
     for exp in stream[3:]:
         strategy.train(exp)
@@ -77,11 +77,11 @@ def test_request_sequence_learns_unlearns_and_deletes_the_buffer(method):
     metrics = compute_metrics(acc, requests)
     assert all(metrics[k] is not None for k in ("A_l", "A_u", "F_l", "F_u", "F_u_max"))
     assert metrics["A_l"] > 85.0
-    assert sorted(strategy.rehearsal.buffers) == [0, 2, 3] == sorted(strategy.active_tasks)
+    assert sorted(strategy.memory.buffers) == [0, 2, 3] == sorted(strategy.active_tasks)
     assert acc[2, 1] > 90.0
     if method == "gem":
         assert sorted(strategy.gem.memory_x) == [0, 2, 3]
-        assert all(strategy.gem.memory_x[t] is strategy.rehearsal.buffers[t][0]
+        assert all(strategy.gem.memory_x[t] is strategy.memory.buffers[t][0]
                    for t in (0, 2, 3))
     if method != "er_retrain":
         # fine-tuning pushed t's buffer to uniform predictions: CE → log 2, accuracy → chance
@@ -116,7 +116,7 @@ class ReplayChecker(UnlearningPlugin):
             return
         after = torch.get_rng_state()
         torch.set_rng_state(self.first.rng)
-        expected = strategy.rehearsal.replay_loss(strategy.model, tasks, 32 // len(tasks))
+        expected = strategy.replay.replay_loss(strategy.model, tasks, 32 // len(tasks))
         torch.set_rng_state(after)
         assert torch.allclose(added, expected, rtol=1e-5, atol=1e-6)
         self.checked.append(len(tasks))
@@ -131,7 +131,7 @@ def test_derpp_replays_every_learning_minibatch_with_its_own_heads_logits():
     stored = {}
     for task in (0, 1, 2):
         strategy.train(bm.train_stream[task])
-        x, _, z = strategy.rehearsal.buffers[task]
+        x, _, z = strategy.memory.buffers[task]
         stored[task] = z.clone()
         strategy.model.eval()
         with torch.no_grad():            # z is task t's head block, in eval mode (#1657 fix)
@@ -139,7 +139,7 @@ def test_derpp_replays_every_learning_minibatch_with_its_own_heads_logits():
         strategy.model.train()
         assert z.shape == (20, 2)
     for task in (0, 1, 2):               # stored once, never recomputed
-        assert torch.equal(strategy.rehearsal.buffers[task][2], stored[task])
+        assert torch.equal(strategy.memory.buffers[task][2], stored[task])
     n_batches = math.ceil(120 / 32)
     assert checker.checked == [1] * n_batches + [2] * n_batches
 
@@ -148,13 +148,13 @@ def test_derpp_replay_loss_by_hand():
     strategy, bm, _ = make_strategy("derpp", epochs=1, lr=0.01)
     for exp in bm.train_stream[:2]:
         strategy.train(exp)
-    net, rehearsal = strategy.model, strategy.rehearsal
+    net, replay, memory = strategy.model, strategy.replay, strategy.memory
     torch.manual_seed(7)
-    loss = rehearsal.replay_loss(net, [0, 1], 5)
+    loss = replay.replay_loss(net, [0, 1], 5)
     torch.manual_seed(7)
     expected = 0.0
     for task in (0, 1):
-        x, y, z = rehearsal.buffers[task]
+        x, y, z = memory.buffers[task]
         ce_index = torch.randperm(20)[:5]
         log_p = torch.log_softmax(net(x[ce_index], task), dim=1)
         ce = -log_p[torch.arange(5), y[ce_index]].mean()
@@ -191,7 +191,7 @@ def test_er_retraining_redraws_every_parameter_and_keeps_remaining_tasks():
     assert before.keys() == after.keys()
     for name in before:                                   # no entry survives
         assert (before[name] != after[name]).all(), name
-    assert sorted(strategy.rehearsal.buffers) == [0, 2]
+    assert sorted(strategy.memory.buffers) == [0, 2]
     assert strategy.retrain_steps() == 10 * math.ceil(40 / 32)
     assert evaluation.accuracy[-1][0] > 85.0 and evaluation.accuracy[-1][2] > 85.0
 
@@ -206,12 +206,12 @@ def test_er_retraining_depends_only_on_the_remaining_buffers(model):
     stream = RequestStream(bm, seq("L0 L1 U1"))
     for exp in stream[:2]:
         strategy.train(exp)
-    before, buffers, rng = snapshot(strategy.model), dict(strategy.rehearsal.buffers), \
+    before, buffers, rng = snapshot(strategy.model), dict(strategy.memory.buffers), \
         torch.get_rng_state()
     strategy.train(stream[2])
     after = snapshot(strategy.model)
     strategy.model.load_state_dict({k: torch.randn_like(v) for k, v in before.items()})
-    strategy.rehearsal.buffers, strategy.active_tasks = buffers, [0, 1]
+    strategy.memory.buffers, strategy.active_tasks = buffers, [0, 1]
     torch.set_rng_state(rng)
     strategy.train(stream[2])
     for name, value in snapshot(strategy.model).items():
@@ -226,9 +226,9 @@ def test_er_retraining_with_no_task_left_only_redraws():
     strategy.train(stream[1])
     for name, value in snapshot(strategy.model).items():
         assert (value != before[name]).all(), name
-    assert strategy.rehearsal.buffers == {}
+    assert strategy.memory.buffers == {}
     strategy.train(stream[2])
-    assert sorted(strategy.rehearsal.buffers) == [1]
+    assert sorted(strategy.memory.buffers) == [1]
 
 
 def test_bad_hyper_parameters_fail_clearly():

@@ -184,6 +184,12 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         default; a method fills ``self._statistics`` during the request."""
         return dict(self._statistics)
 
+    def stores_logits(self) -> bool:
+        """Whether the method keeps logits computed by the model (DER++ and PALL's buffers):
+        an audit of exact unlearning checks that none was computed with an unlearned task's
+        weights. Default: no."""
+        return False
+
     def request_measured(self, result: RequestResult) -> None:
         """Hand over the measurement of the request in progress (called once per request by
         :class:`~pall_avalanche.evaluation.UnlearningMetrics`); the template fires

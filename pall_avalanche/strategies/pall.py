@@ -14,9 +14,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pall_avalanche.masks import MaskSet, RetrainingLedger, SubnetworkNet
+from pall_avalanche.masks import HEAD, MaskSet, RetrainingLedger, SubnetworkNet
 from pall_avalanche.models import count_parameters
-from pall_avalanche.plugins import RehearsalPlugin, WeightResettingPlugin, redraw_
+from pall_avalanche.plugins import (
+    EpisodicMemory,
+    ReplayObjective,
+    WeightResettingPlugin,
+    check_replay_settings,
+    redraw_,
+)
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
 
 __all__ = ["PALL"]
@@ -53,16 +59,18 @@ class PALL(SubnetworkStrategy):
             raise ValueError(f"strict_cascade={strict_cascade!r} must be true or false")
         self.strict_cascade = strict_cascade
         net = as_subnetwork_net(model, alpha)
+        check_replay_settings(beta, n_retrain_iters)
+        self.n_retrain_iters = n_retrain_iters
         self.resetting = WeightResettingPlugin(redraw_unused=True)
-        self.rehearsal = RehearsalPlugin(
+        self.memory = EpisodicMemory(
             buffer_size=buffer_size, n_tasks=net.net.n_tasks,
-            classes_per_task=net.net.classes_per_task, beta=beta,
-            n_retrain_iters=n_retrain_iters, selection=buffer_selection,
+            classes_per_task=net.net.classes_per_task, selection=buffer_selection,
             store_logits=bool(beta),
         )
+        self.replay = ReplayObjective(self.memory, beta)
         self.ledger = RetrainingLedger()
         super().__init__(model=net, optimizer=optimizer, alpha=alpha,
-                         plugins=[self.resetting, self.rehearsal, *(plugins or [])], **kwargs)
+                         plugins=[self.resetting, self.memory, *(plugins or [])], **kwargs)
 
     def stored_order(self) -> list[int]:
         """The tasks whose masks are stored, in learning order (Ω, plus the task being
@@ -108,13 +116,30 @@ class PALL(SubnetworkStrategy):
         net.remove_mask(task)
         redraw_(net, forget)
         net.net.reset_task_parameters_(task)
-        if self.active_tasks and self.rehearsal.n_retrain_iters and retrain.count():
-            self.rehearsal.retrain(self, retrain, self.active_tasks)
+        if self.active_tasks and self.n_retrain_iters and retrain.count():
+            self.retrain(retrain, self.active_tasks)
             self.ledger.record(retrain, self.active_tasks)
         self.ledger.forget(task)
         if not self.active_tasks:
             redraw_(net, MaskSet.full(net.shapes))
         self._record_stats(before, forget, retrain)
+
+    def retrain(self, entries: MaskSet, tasks: list[int]) -> None:
+        """PALL's retraining: N_f replay steps (:meth:`ReplayObjective.steps`) updating only
+        ``entries``; per iteration, for each task τ, CE on a minibatch of B^τ plus
+        β·MSE(f_{θ⊙m_τ}(x'), z') on a second one (batch_size // |Ω| each), averaged over
+        tasks. The remaining tasks' masks stay unpacked for the N_f steps."""
+        net: SubnetworkNet = self.model
+        device = net.weight(HEAD).device
+        params = [w for _, w in net.named_weights()]
+        trainable = [m.float() for m in entries.bools(device).values()]
+        with net.unpacked(len(tasks)):
+            self.replay.steps(self, tasks,
+                              param_groups=[{"params": params, "weight_decay": 0.0}],
+                              n_iters=self.n_retrain_iters, trainable=trainable)
+
+    def stores_logits(self) -> bool:
+        return self.memory.store_logits
 
     def _dense_size(self) -> int:
         """d of Table A2: the network's parameters with one set of per-task tokens (the

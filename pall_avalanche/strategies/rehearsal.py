@@ -1,8 +1,8 @@
 """The replay baselines: ER, DER++, GEM and ER (Retraining) (docs/fidelity.md, "Baselines").
 
 All four keep a class-balanced episodic memory B^t of ``buffer_size // T`` samples per task
-(:class:`~pall_avalanche.plugins.RehearsalPlugin`, the buffer PALL uses) and share its one
-replay loop (:meth:`~pall_avalanche.plugins.RehearsalPlugin.replay_steps`):
+(:class:`~pall_avalanche.plugins.EpisodicMemory`, the buffer PALL uses) and share the one
+replay loop (:meth:`~pall_avalanche.plugins.ReplayObjective.steps`):
 
 - **ER** adds, to every learning minibatch, CE on a task-balanced replay minibatch of the
   active tasks' buffers (each sample through its own task's head).
@@ -31,7 +31,7 @@ from avalanche.training.plugins import GEMPlugin
 from torch import nn
 
 from pall_avalanche.models.init import reinitialize_
-from pall_avalanche.plugins import RehearsalPlugin
+from pall_avalanche.plugins import EpisodicMemory, ReplayObjective, check_replay_settings
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
 __all__ = [
@@ -49,18 +49,18 @@ class LearningReplayPlugin(UnlearningPlugin):
     """Adds the rehearsal loss of the active tasks' buffers to every learning minibatch:
     ``loss += replay_loss(Ω, batch_size // |Ω| samples per task)`` (CE, plus β·MSE for DER++).
 
-    :param rehearsal: the buffers to replay.
+    :param replay: the replay objective over the buffers.
     """
 
-    def __init__(self, rehearsal: RehearsalPlugin) -> None:
+    def __init__(self, replay: ReplayObjective) -> None:
         super().__init__()
-        self.rehearsal = rehearsal
+        self.replay = replay
 
     def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
         tasks = strategy.active_tasks
         if tasks:
             per_task = max(1, strategy.train_mb_size // len(tasks))
-            strategy.loss = strategy.loss + self.rehearsal.replay_loss(
+            strategy.loss = strategy.loss + self.replay.replay_loss(
                 strategy.model, tasks, per_task)
 
 
@@ -68,27 +68,27 @@ class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
     """Avalanche's ``GEMPlugin`` with removable, task-keyed memories.
 
     Upstream keys the memories by ``train_exp_counter`` and reads them with ``range()``, so a
-    deleted task raises ``KeyError``; here the memory of task t is B^t of ``rehearsal`` (the
-    same tensors, filled after ``rehearsal`` filled B^t), the reference gradients iterate the
+    deleted task raises ``KeyError``; here the memory of task t is B^t of ``memory`` (the
+    same tensors, filled after ``memory`` filled B^t), the reference gradients iterate the
     stored tasks, and ``after_unlearning`` drops t. The projection is upstream's, with the
     |Ω|×d products computed on the parameters' device (only the |Ω|×|Ω| QP goes to quadprog).
 
-    :param rehearsal: the buffer plugin (must come before this plugin in the plugin list).
+    :param memory: the buffers (must come before this plugin in the plugin list).
     :param memory_strength: γ, the margin added to the projection constraints (0.5).
     """
 
     checkpoint_attributes = ("memory_x", "memory_y", "memory_tid")
 
-    def __init__(self, rehearsal: RehearsalPlugin, memory_strength: float) -> None:
+    def __init__(self, memory: EpisodicMemory, memory_strength: float) -> None:
         if memory_strength < 0:
             raise ValueError(f"memory_strength={memory_strength} must be >= 0")
-        super().__init__(patterns_per_experience=rehearsal.per_task,
+        super().__init__(patterns_per_experience=memory.per_task,
                          memory_strength=memory_strength)
-        self.rehearsal = rehearsal
+        self.episodic = memory
 
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         task = strategy.experience.task_label
-        x, y, _ = self.rehearsal.buffers[task]
+        x, y, _ = self.episodic.buffers[task]
         self.memory_x[task], self.memory_y[task] = x, y
         self.memory_tid[task] = torch.full_like(y, task)
 
@@ -137,7 +137,7 @@ class ReplayTemplate(UnlearningTemplate):
 
     Unlearning t runs ``n_retrain_iters`` replay steps (fresh optimizer of the learning type,
     every parameter trained) on the remaining tasks' buffers plus CE of B^t towards uniform
-    predictions over t's classes (:meth:`RehearsalPlugin.replay_steps` with ``forget=t``:
+    predictions over t's classes (:meth:`ReplayObjective.steps` with ``forget=t``:
     class-stratified mini-batches, a whole one from B^t), then deletes B^t. Subclasses choose
     what learning adds.
 
@@ -158,12 +158,14 @@ class ReplayTemplate(UnlearningTemplate):
                 f"model {type(model).__name__} has no n_tasks/classes_per_task; the replay "
                 "baselines need a task-incremental model (pall_avalanche.models.build_model)"
             )
-        self.rehearsal = RehearsalPlugin(
+        self.memory = EpisodicMemory(
             buffer_size=buffer_size, n_tasks=n_tasks, classes_per_task=classes_per_task,
-            beta=beta, n_retrain_iters=n_retrain_iters, store_logits=beta > 0,
-            delete_on_unlearning=False,
+            store_logits=beta > 0, delete_on_unlearning=False,
         )
-        own = [self.rehearsal, *([LearningReplayPlugin(self.rehearsal)] if replay else [])]
+        check_replay_settings(beta, n_retrain_iters)
+        self.n_retrain_iters = n_retrain_iters
+        self.replay = ReplayObjective(self.memory, beta)
+        own = [self.memory, *([LearningReplayPlugin(self.replay)] if replay else [])]
         super().__init__(model=model, plugins=[*own, *self._method_plugins(),
                                                *(plugins or [])], **kwargs)
 
@@ -171,12 +173,15 @@ class ReplayTemplate(UnlearningTemplate):
         """Plugins a subclass adds after the buffer's (they see B^t filled)."""
         return []
 
+    def stores_logits(self) -> bool:
+        return self.memory.store_logits
+
     def _unlearn(self, task: int) -> None:
-        if self.rehearsal.n_retrain_iters:
-            self.rehearsal.replay_steps(self, self.active_tasks,
-                                        param_groups=self.optimizer_param_groups(),
-                                        n_iters=self.rehearsal.n_retrain_iters, forget=task)
-        self.rehearsal.drop(task)
+        if self.n_retrain_iters:
+            self.replay.steps(self, self.active_tasks,
+                              param_groups=self.optimizer_param_groups(),
+                              n_iters=self.n_retrain_iters, forget=task)
+        self.memory.drop(task)
 
 
 class ER(ReplayTemplate):
@@ -211,7 +216,7 @@ class GEM(ReplayTemplate):
         super().__init__(beta=0.0, replay=False, **kwargs)
 
     def _method_plugins(self) -> list[UnlearningPlugin]:
-        self.gem = TaskGEMPlugin(self.rehearsal, self._memory_strength)
+        self.gem = TaskGEMPlugin(self.memory, self._memory_strength)
         return [self.gem]
 
 
@@ -233,13 +238,13 @@ class ERRetraining(ER):
 
     def retrain_steps(self) -> int:
         """Steps of the retraining from scratch on the active tasks' buffers."""
-        samples = sum(len(self.rehearsal.buffers[t][0]) for t in self.active_tasks)
+        samples = sum(len(self.memory.buffers[t][0]) for t in self.active_tasks)
         return self.retrain_epochs * math.ceil(samples / self.train_mb_size)
 
     def _unlearn(self, task: int) -> None:
-        self.rehearsal.drop(task)
+        self.memory.drop(task)
         reinitialize_(self.model)
         if self.active_tasks and self.retrain_epochs:
-            self.rehearsal.replay_steps(self, self.active_tasks,
-                                        param_groups=self.optimizer_param_groups(),
-                                        n_iters=self.retrain_steps())
+            self.replay.steps(self, self.active_tasks,
+                              param_groups=self.optimizer_param_groups(),
+                              n_iters=self.retrain_steps())

@@ -108,6 +108,11 @@ class SubnetworkStrategy(UnlearningTemplate):
         return groups
 
     # ---------------------------------------------------------------- unlearning
+    def redraw_set(self, task: int) -> MaskSet | None:
+        """The entries unlearning ``task`` promises to re-draw (an audit checks the promise);
+        ``None`` (the default): the method promises none."""
+        return None
+
     def _unlearn(self, task: int) -> None:
         """Delete the task's mask; every parameter stays as it is (inexact)."""
         self.model.remove_mask(task)
