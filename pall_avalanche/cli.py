@@ -1,6 +1,6 @@
 """Command-line plumbing shared by the scripts in ``benchmarks/``.
 
-Every script takes ``--benchmark`` / ``--config`` (a YAML file from ``benchmarks/configs``),
+Every script takes ``--benchmark`` / ``--config`` (a YAML file from ``pall_avalanche/configs``, :data:`~pall_avalanche.config.CONFIG_DIR`),
 ``--set KEY=VALUE`` overrides of any configuration key, dedicated flags for the keys that
 sweeps vary, and fails on bad input with one line naming the option, the bad value and what is
 valid (exit code 2), before anything is trained: unknown keys (with a close match), values of
@@ -19,17 +19,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pall_avalanche.catalog import ABLATION_METHODS, METHOD_INFO, TABLE1_METHODS
 from pall_avalanche.config import apply_overrides, check_setting, load_config, parse_override
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
-from pall_avalanche.strategies import ABLATION_METHODS, METHODS, TABLE1_METHODS
 from pall_avalanche.wandb_logging import WandbSettings, add_wandb_arguments
 
 __all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
-           "parse_methods", "run_options"]
+           "parse_methods", "program_name", "run_options"]
+
+
+def program_name(default: str) -> str:
+    """The name to show for this program: the installed command when it was run as one
+    (``pall-table1``), else ``default`` (``table1.py``)."""
+    invoked = Path(sys.argv[0]).name
+    return invoked if invoked.startswith("pall-") else default
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``prog: error: ...``, exit code 2)."""
+    """An argument parser whose errors are one line (``prog: error: ...``, exit code 2); its
+    ``prog`` is the installed command's name when run as one (:func:`program_name`)."""
+
+    def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, prog=program_name(prog) if prog else None, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -51,14 +62,14 @@ FLAG_KEYS = {
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> None:
     parser.add_argument("--benchmark", default="digits",
-                        help="benchmark; picks benchmarks/configs/<benchmark>.yaml "
+                        help="benchmark; picks pall_avalanche/configs/<benchmark>.yaml "
                              "(default: digits, embedded, no download)")
     parser.add_argument("--config", type=Path,
                         help="configuration file (overrides the --benchmark choice of file)")
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
-                             f"available methods: {', '.join(METHODS)} (default: "
+                             f"available methods: {', '.join(METHOD_INFO)} (default: "
                              "%(default)s)")
     parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
                         help="seeds to run (default: the configuration's 'seeds')")
@@ -126,7 +137,10 @@ def _non_negative_int(text: str) -> int:
 
 
 def check_device(text: str) -> None:
-    """Refuse a ``--device`` that is not a torch device or that this machine lacks."""
+    """Refuse a ``--device`` that is not a torch device or that this machine lacks (torch is
+    imported only for devices other than the CPU)."""
+    if text == "cpu":
+        return
     import torch
 
     try:
@@ -177,10 +191,10 @@ def parse_methods(text: str) -> list[str]:
     names = [m.strip() for m in text.split(",") if m.strip()]
     for name in names:
         methods += [m for m in METHOD_GROUPS.get(name, (name,)) if m not in methods]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHOD_INFO]
     if unknown or not methods:
         raise ValueError(
-            f"unknown method(s) {unknown or [text]}; valid methods are {', '.join(METHODS)} "
+            f"unknown method(s) {unknown or [text]}; valid methods are {', '.join(METHOD_INFO)} "
             f"or the groups {', '.join(METHOD_GROUPS)}"
         )
     return methods
@@ -231,6 +245,7 @@ def main_guard(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] 
     ...``) and exit code 2, a failure while running (a run that failed, a record that could
     not be written: the message says where it was kept) with one line and exit code 1;
     warnings print as one line each (``prog: warning: ...``)."""
+    prog = program_name(prog)
     warnings.formatwarning = lambda message, *args, **kwargs: f"{prog}: warning: {message}\n"
     try:
         main(argv)

@@ -21,12 +21,19 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_NAMES, SELECTION_NAMES
+
+#: The shipped configuration files, ``<benchmark>.yaml`` (package data, so every script runs
+#: from a non-editable install).
+CONFIG_DIR = Path(str(files("pall_avalanche") / "configs"))
 __all__ = [
+    "CONFIG_DIR",
     "CONFIG_KEYS",
     "REQUIRED_KEYS",
     "KeySpec",
@@ -74,16 +81,14 @@ def _at_least(low: float, *, above: bool = False) -> tuple[Callable[[Any], bool]
 
 
 def _registered(registry: str) -> tuple[Callable[[Any], bool], str]:
-    """A name of a registry that needs torch (looked up when a value is checked)."""
+    """A name of a registry (:mod:`pall_avalanche.catalog`; looked up when a value is
+    checked)."""
     def names() -> list[str]:
         if registry == "benchmark":
-            from pall_avalanche.data import BENCHMARKS
-            return sorted(BENCHMARKS)
+            return sorted(BENCHMARK_INFO)
         if registry == "model":
-            from pall_avalanche.models import MODELS
-            return sorted(MODELS)
-        from pall_avalanche.plugins import SELECTIONS
-        return list(SELECTIONS)
+            return sorted(MODEL_NAMES)
+        return list(SELECTION_NAMES)
 
     class _Names:
         def __str__(self) -> str:
@@ -97,7 +102,7 @@ def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = Fals
     return KeySpec(kind, valid, what, meaning, nullable)
 
 
-#: Every configuration key (see ``benchmarks/configs``), with its type, range and meaning.
+#: Every configuration key (see :data:`CONFIG_DIR`), with its type, range and meaning.
 CONFIG_KEYS: dict[str, KeySpec] = {
     "benchmark": _spec(str, _registered("benchmark"), "the benchmark"),
     "n_tasks": _spec(int, _at_least(1), "T, the number of tasks"),
@@ -168,12 +173,11 @@ def check_setting(key: str, value: Any, where: str) -> None:
     """
     parts = key.split(".")
     if parts[0] == "methods" and len(parts) > 1:
-        from pall_avalanche.strategies import METHODS  # late: the strategies import this module
-        if parts[1] not in METHODS:
-            close = difflib.get_close_matches(parts[1], list(METHODS), n=1)
+        if parts[1] not in METHOD_INFO:
+            close = difflib.get_close_matches(parts[1], list(METHOD_INFO), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ValueError(f"{where}: unknown method {parts[1]!r} in {key!r}; {hint}valid "
-                             f"methods: {', '.join(METHODS)}")
+                             f"methods: {', '.join(METHOD_INFO)}")
         if len(parts) == 2:
             if not isinstance(value, dict):
                 raise ValueError(f"{where}: {key} must be a mapping of configuration keys, got "
@@ -219,9 +223,7 @@ def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
                          f"{n_tasks} tasks can be unlearned")
-    from pall_avalanche.data import BENCHMARKS
-    from pall_avalanche.strategies import METHODS
-    spec = BENCHMARKS[resolved["benchmark"]]
+    spec = BENCHMARK_INFO[resolved["benchmark"]]
     classes = spec.n_classes
     if n_tasks not in spec.valid_n_tasks():
         raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
@@ -229,8 +231,8 @@ def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
                          f"{spec.valid_n_tasks()} tasks")
     per_class = classes // n_tasks
     buffer = resolved.get("buffer_size")
-    if method in METHODS and "buffer_size" in METHODS[method].params and buffer is not None \
-            and buffer // n_tasks < per_class:
+    takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].params
+    if takes_buffer and buffer is not None and buffer // n_tasks < per_class:
         raise ValueError(f"buffer_size={buffer} is invalid for {method!r}: it gives "
                          f"{buffer // n_tasks} samples per task over {n_tasks} tasks, fewer than "
                          f"the {per_class} classes of a task; use buffer_size >= "
@@ -297,12 +299,10 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[tuple[str, An
 
 def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     """The flat configuration of ``method``: global keys, updated by the values a registered
-    variant sets (``MethodSpec.config``, e.g. ``pall_strict``), then by ``methods[method]``."""
-    from pall_avalanche.strategies import METHODS  # late: the strategies import this module
-
+    variant sets (``MethodInfo.config``, e.g. ``pall_strict``), then by ``methods[method]``."""
     flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in ("methods", "seeds")}
-    if method in METHODS:
-        flat.update(copy.deepcopy(dict(METHODS[method].config)))
+    if method in METHOD_INFO:
+        flat.update(copy.deepcopy(dict(METHOD_INFO[method].config)))
     overrides = (config.get("methods") or {}).get(method) or {}
     if not isinstance(overrides, dict):
         raise ValueError(f"methods.{method} must be a mapping of overrides, got {overrides!r}")

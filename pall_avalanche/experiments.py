@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from pall_avalanche.catalog import method_label
 from pall_avalanche.cli import (
     FLAG_KEYS,
     Parser,
@@ -27,15 +28,12 @@ from pall_avalanche.cli import (
     parse_methods,
     run_options,
 )
-from pall_avalanche.config import apply_overrides, check_run_config, parse_override
+from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config, parse_override
 from pall_avalanche.report import provenance, write_report
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runner import run_experiments
-from pall_avalanche.strategies import METHODS
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
 __all__ = [
-    "CONFIG_DIR",
     "GridPoint",
     "ScriptRun",
     "closing_summary",
@@ -44,9 +42,6 @@ __all__ = [
     "script_parser",
     "start_script",
 ]
-
-#: ``benchmarks/configs`` of the repository.
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "configs"
 
 
 @dataclass(frozen=True)
@@ -127,7 +122,9 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
     explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
     explicit |= {parse_override(text)[0] for text in args.overrides}
-    command = f"python {script} {shlex.join(argv)}".strip()
+    invoked = Path(sys.argv[0]).name          # an installed command: pall-table1 ...
+    program = invoked if invoked.startswith("pall-") else f"python {script}"
+    command = f"{program} {shlex.join(argv)}".strip()
     return ScriptRun(args, methods, config, seeds, requests, command, explicit)
 
 
@@ -179,6 +176,8 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
     if options["wandb"] is not None and options["wandb"].group is None:
         # One W&B group for the whole script: every point's runs and the table run.
         options["wandb"] = replace(options["wandb"], group=default_group(run.config))
+    from pall_avalanche.runner import run_experiments  # torch: only once something runs
+
     records = []
     for point, methods, config, requests in plan:
         if progress is not None:
@@ -200,7 +199,7 @@ def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
     groups: dict[str, list[dict]] = {}
     for record in records:
         method, setting = record["method"], record.get("point")
-        label = METHODS[method].label if method in METHODS else method
+        label = method_label(method)
         if len(settings[method]) > 1:       # name the setting only where a method has several
             label = f"{label} ({setting})"
         groups.setdefault(label, []).append(record)

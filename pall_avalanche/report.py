@@ -32,17 +32,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pall_avalanche.catalog import (
+    ABLATION_METHODS,
+    INDEPENDENT_SIZE,
+    METHOD_INFO,
+    SUBNETWORK_SIZE,
+    TABLE1_METHODS,
+    method_label,
+)
 from pall_avalanche.cli import Parser, main_guard
 from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
 from pall_avalanche.records import read_record, write_atomic, write_text_atomic
-from pall_avalanche.strategies import (
-    ABLATION_METHODS,
-    METHODS,
-    TABLE1_METHODS,
-    Independent,
-    SubnetworkStrategy,
-)
 
 __all__ = [
     "COLUMNS",
@@ -76,10 +77,7 @@ _TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")
 #: Heatmaps per row of :func:`plot_accuracy_heatmaps`' grid.
 HEATMAP_COLUMNS = 6
 #: The order of Table 1's rows: its methods, the ablations, then any other registered method.
-TABLE1_ORDER = tuple(dict.fromkeys([*TABLE1_METHODS, *ABLATION_METHODS, *METHODS]))
-#: Table 1's symbolic model sizes: the network (d), plus one mask per active task (M_i), one
-#: network per active task (d × |Ω_i|).
-DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE = "d", "d + M_i", "d × |Ω_i|"
+TABLE1_ORDER = tuple(dict.fromkeys([*TABLE1_METHODS, *ABLATION_METHODS, *METHOD_INFO]))
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -112,9 +110,8 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
         groups.setdefault(tuple(_key(record, k) for k in by), []).append(record)
     rows = []
     for key, runs in groups.items():
-        spec = METHODS.get(runs[0]["method"])
         row: dict[str, Any] = dict(zip(by, key, strict=True))
-        row["label"] = spec.label if spec else runs[0]["method"]
+        row["label"] = method_label(runs[0]["method"])
         row["exact"] = bool(runs[0].get("exact", False))
         row["seeds"] = len(runs)
         summary = summarize_metrics(r["metrics"] for r in runs)
@@ -344,7 +341,7 @@ def epochs_per_task(records: Sequence[dict]) -> str:
     by_method: dict[str, int] = {r["method"]: int(r["config"]["epochs"]) for r in records}
     counts = list(by_method.values())
     usual = max(set(counts), key=counts.count)
-    others = [f"{METHODS[m].label if m in METHODS else m}: {e}"
+    others = [f"{method_label(m)}: {e}"
               for m, e in by_method.items() if e != usual]
     return f"{usual} epochs/task" + (f" ({', '.join(others)})" if others else "")
 
@@ -422,10 +419,7 @@ def model_size_symbol(method: str) -> str:
     """Table 1's model size of a registered method: :data:`DENSE_SIZE` (``d``),
     :data:`SUBNETWORK_SIZE` (``d + M_i``: PackNet, WSN, PALL, the sparse subnetworks) or
     :data:`INDEPENDENT_SIZE` (``d × |Ω_i|``)."""
-    strategy = METHODS[method].strategy
-    if issubclass(strategy, Independent):
-        return INDEPENDENT_SIZE
-    return SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else DENSE_SIZE
+    return METHOD_INFO[method].size
 
 
 def table1_side_by_side(records: Iterable[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -505,7 +499,7 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
                        for r in record["requests"]], fontsize=7)
         ax.set_xticks(range(acc.shape[1]), range(acc.shape[1]), fontsize=7)
         ax.set_xlabel("task")
-        ax.set_title(f"{record.get('point', '')} {METHODS[record['method']].label} "
+        ax.set_title(f"{record.get('point', '')} {method_label(record['method'])} "
                      f"s{record['seed']}".strip(), fontsize=8)
     fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="accuracy (%)")
     if title:
@@ -556,7 +550,7 @@ def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str =
         length = min(len(r) for r in runs)
         mean = np.mean([r[:length] for r in runs], axis=0)
         ax.plot(range(1, length + 1), mean, marker="o",
-                linestyle="-" if METHODS[method].exact else "--", label=METHODS[method].label)
+                linestyle="-" if METHOD_INFO[method].exact else "--", label=method_label(method))
     ax.set_xlabel("task learning request (number of tasks learned)")
     ax.set_ylabel("seconds per epoch")
     ax.grid(alpha=0.3)
@@ -696,5 +690,10 @@ def _results_report(records: list[dict], out: Path, title: str
     return frame, cells, title, [f"Figures: {', '.join(figures)}"]
 
 
+def cli(argv: Sequence[str] | None = None) -> None:
+    """The command: ``python -m pall_avalanche.report``, installed as ``pall-report``."""
+    main_guard(main, argv, prog="python -m pall_avalanche.report")
+
+
 if __name__ == "__main__":
-    main_guard(main, prog="python -m pall_avalanche.report")
+    cli()

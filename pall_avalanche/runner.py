@@ -105,11 +105,11 @@ from pall_avalanche.records import (
 from pall_avalanche.requests import Request, RequestSequence, generate_requests
 from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
 from pall_avalanche.streams import RequestStream
-from pall_avalanche.wandb_logging import WandbSettings, default_group, wandb_run
+from pall_avalanche.wandb_logging import WandbRun, WandbSettings, default_group, wandb_run
 
-__all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "CheckpointWriter", "RunSpec", "checkpoint_path",
-           "lock_path", "record_path", "run_experiments", "run_record", "run_spec",
-           "seed_everything", "worker_device"]
+__all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "CheckpointWriter", "RunSpec",
+           "WandbRequestLogger", "checkpoint_path", "lock_path", "record_path",
+           "run_experiments", "run_record", "run_spec", "seed_everything", "worker_device"]
 
 RECORD_FORMAT = 1
 #: How often a run waiting for records locked by another process looks again (seconds).
@@ -247,6 +247,21 @@ class CheckpointWriter(UnlearningPlugin):
             })
         if self.heartbeat is not None:
             self.heartbeat()
+
+
+class WandbRequestLogger(UnlearningPlugin):
+    """Logs each request to a :class:`~pall_avalanche.wandb_logging.WandbRun` as it ends (a
+    subscriber to ``after_request``).
+
+    :param run: the W&B run of the record.
+    """
+
+    def __init__(self, run: WandbRun) -> None:
+        super().__init__()
+        self.run = run
+
+    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
+        self.run.log_request(result)
 
 
 @dataclass
@@ -485,7 +500,8 @@ def _run_and_write(spec: RunSpec, path: Path, options: _Options,
     with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=dict(spec.config),
                    group=options.group) as tracker:
         record = run_spec(spec, device=options.device, show_progress=options.show_progress,
-                          checkpoint=checkpoint, plugins=tracker.plugins(),
+                          checkpoint=checkpoint,
+                          plugins=[WandbRequestLogger(tracker)] if tracker.active else [],
                           probe=options.probe, heartbeat=heartbeat)
         try:
             write_json_atomic(path, record)

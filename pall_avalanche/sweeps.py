@@ -119,5 +119,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("\n".join(shlex.join(command) for command in commands))
 
 
+def cli(argv: Sequence[str] | None = None) -> None:
+    """The command: ``python -m pall_avalanche.sweeps``, installed as ``pall-sweeps``."""
+    main_guard(main, argv, prog="python -m pall_avalanche.sweeps")
+
+
 if __name__ == "__main__":
-    main_guard(main, prog="python -m pall_avalanche.sweeps")
+    cli()

@@ -5,7 +5,8 @@ Avalanche's ``WandBLogger`` does not work with wandb 0.31 (``wandb.util.generate
 
 - :class:`WandbSettings` holds the ``--wandb*`` flags (:func:`add_wandb_arguments`,
   :meth:`WandbSettings.from_args`); ``None`` means W&B is off.
-- :func:`wandb_run` opens one run per record. Its :class:`WandbRequestLogger` plugin logs, as
+- :func:`wandb_run` opens one run per record. :meth:`WandbRun.log_request` logs (called by the
+  runner's ``after_request`` subscriber), as
   each request happens, the request's row of the accuracy matrix, its timing and the model
   size (W&B step = request index); :meth:`WandbRun.log_record` logs the final metrics
   (summary), the accuracy matrix as a ``wandb.Table`` and as a heatmap image, the model size
@@ -30,14 +31,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pall_avalanche.config import config_hash
-from pall_avalanche.core import RequestResult, UnlearningPlugin
+
+if TYPE_CHECKING:
+    from pall_avalanche.core import RequestResult
 
 __all__ = [
     "WANDB_MODES",
-    "WandbRequestLogger",
     "WandbRun",
     "WandbSettings",
     "add_wandb_arguments",
@@ -129,8 +131,6 @@ def default_group(config: Mapping[str, Any]) -> str:
 
     :param config: a full configuration (as given to ``run_experiments``).
     """
-    from pall_avalanche.config import config_hash
-
     digest = config_hash({k: v for k, v in config.items() if k != "seeds"})
     return f"{config.get('benchmark', 'run')}-{digest}"
 
@@ -214,10 +214,6 @@ class WandbRun:
             _fail(what, err)
             self._run = None
 
-    def plugins(self) -> list[UnlearningPlugin]:
-        """Strategy plugins for live logging (empty when the run is not active)."""
-        return [WandbRequestLogger(self)] if self.active else []
-
     def log(self, data: Mapping[str, Any], step: int | None = None) -> None:
         """``run.log(data, step=step)``, guarded.
 
@@ -294,21 +290,6 @@ class WandbRun:
             run.finish(exit_code=exit_code)
         except Exception as err:  # W&B must never end a run
             _fail("finish", err)
-
-
-class WandbRequestLogger(UnlearningPlugin):
-    """Logs each request to a :class:`WandbRun` as it ends (a subscriber to the template's
-    ``after_request`` event).
-
-    :param run: the run to log to.
-    """
-
-    def __init__(self, run: WandbRun):
-        super().__init__()
-        self.run = run
-
-    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
-        self.run.log_request(result)
 
 
 @contextmanager

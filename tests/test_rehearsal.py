@@ -2,7 +2,6 @@
 real training on digits."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,12 +9,12 @@ import torch
 from avalanche.training.plugins import GEMPlugin
 from helpers import TINY_VIT, make_strategy, seq, snapshot
 
-from pall_avalanche.config import load_config, resolve_method_config
+from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.strategies import METHODS, UnlearningPlugin
 from pall_avalanche.streams import RequestStream
 
-CONFIGS = Path(__file__).parents[1] / "benchmarks" / "configs"
+CONFIGS = CONFIG_DIR
 REPLAY = ("er", "derpp", "gem", "er_retrain")
 
 

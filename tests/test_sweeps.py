@@ -80,12 +80,13 @@ def test_sweep_parameters_are_flags_of_the_program(path):
 def test_swept_flags_reach_the_configuration():
     """--n-retrain-iters / --buffer-size / --beta / --alpha / --n-unlearn set config keys."""
     from pall_avalanche.cli import config_from_args
+    from pall_avalanche.config import CONFIG_DIR
 
     parser = script_parser("benchmarks/table1.py")
     args = parser.parse_args(["--benchmark=cifar100", "--alpha=0.1", "--n-unlearn=5",
                               "--n-retrain-iters=25", "--buffer-size=1000", "--beta=0.0",
                               "--seeds=7"])
-    config, seeds, _ = config_from_args(args, ROOT / "benchmarks" / "configs")
+    config, seeds, _ = config_from_args(args, CONFIG_DIR)
     assert seeds == [7]
     assert (config["alpha"], config["n_unlearn"], config["n_retrain_iters"],
             config["buffer_size"], config["beta"]) == (0.1, 5, 25, 1000, 0.0)

@@ -16,7 +16,7 @@ import yaml
 from helpers import write_cifar10
 
 from pall_avalanche.cli import parse_methods
-from pall_avalanche.config import apply_overrides, load_config
+from pall_avalanche.config import CONFIG_DIR, apply_overrides, load_config
 from pall_avalanche.records import read_record
 from pall_avalanche.runner import record_path
 from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
@@ -261,7 +261,7 @@ def test_table1_alphas_match_the_alpha_sweep():
     assert sweep["program"] == "benchmarks/table1.py"
     assert tuple(sweep["parameters"]["alpha"]["values"]) == TABLE1_ALPHAS
     for benchmark in sweep["parameters"]["benchmark"]["values"]:
-        config = load_config(ROOT / "benchmarks" / "configs" / f"{benchmark}.yaml")
+        config = load_config(CONFIG_DIR / f"{benchmark}.yaml")
         assert config["alpha"] == 1 / config["n_tasks"]           # every other table's α
         for alpha in TABLE1_ALPHAS:
             assert (record_path("out", "pall", 0, apply_overrides(config, [("alpha", alpha)]))

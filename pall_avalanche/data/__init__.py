@@ -17,6 +17,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torchvision.transforms import v2
 
+from pall_avalanche.catalog import BENCHMARK_INFO
 from pall_avalanche.data.cifar import load_cifar
 from pall_avalanche.data.tasks import (
     TaskSplit,
@@ -58,9 +59,13 @@ class BenchmarkSpec:
 BENCHMARKS: dict[str, BenchmarkSpec] = {}
 
 
-def _register(name: str, n_classes: int, default_n_tasks: int):
+def _register(name: str):
+    """Register the builder of the benchmark ``name`` described in
+    :data:`~pall_avalanche.catalog.BENCHMARK_INFO`."""
+    info = BENCHMARK_INFO[name]
+
     def decorate(builder: Callable[..., CLScenario]) -> Callable[..., CLScenario]:
-        BENCHMARKS[name] = BenchmarkSpec(name, n_classes, default_n_tasks, builder)
+        BENCHMARKS[name] = BenchmarkSpec(name, info.n_classes, info.default_n_tasks, builder)
         return builder
 
     return decorate
@@ -103,7 +108,7 @@ def _image_transforms(stats, train_augment: list) -> tuple[v2.Compose, v2.Compos
     return v2.Compose([*train_augment, *to_float]), v2.Compose(to_float)
 
 
-@_register("digits", n_classes=10, default_n_tasks=5)
+@_register("digits")
 def _digits(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     """scikit-learn's 8x8 digits (1,797 images), a fixed stratified 80/20 split, standardised
     with the training mean and std; inputs are (1, 8, 8) float tensors, no augmentation."""
@@ -134,19 +139,19 @@ def _cifar(name: str, stats, *, seed, n_tasks, root, train_per_task, download) -
     )
 
 
-@_register("cifar10", n_classes=10, default_n_tasks=5)
+@_register("cifar10")
 def _cifar10(**kwargs) -> CLScenario:
     """S-CIFAR10: 5 tasks x 2 classes, RandomCrop(32, 4) + flip, CIFAR-10 normalisation."""
     return _cifar("cifar10", CIFAR10_STATS, **kwargs)
 
 
-@_register("cifar100", n_classes=100, default_n_tasks=10)
+@_register("cifar100")
 def _cifar100(**kwargs) -> CLScenario:
     """S-CIFAR100: 10 tasks x 10 classes, RandomCrop(32, 4) + flip, CIFAR-100 normalisation."""
     return _cifar("cifar100", CIFAR100_STATS, **kwargs)
 
 
-@_register("tinyimagenet", n_classes=200, default_n_tasks=20)
+@_register("tinyimagenet")
 def _tinyimagenet(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     """S-TinyImageNet: 20 x 10 (or 40 x 5, 100 x 2), RandomResizedCrop(64) + flip; the test
     split is the official validation split."""

@@ -1,14 +1,18 @@
-"""Method registry: a name maps to a strategy class, whether its unlearning is exact, and
-which configuration keys it takes, so ``--methods pall,ewc`` is a lookup.
+"""Method registry: a name maps to a strategy class and its description
+(:class:`~pall_avalanche.catalog.MethodInfo`: whether its unlearning is exact, which
+configuration keys it takes, its label), so ``--methods pall,ewc`` is a lookup.
 
-Adding a method is one module with its strategy plus one :func:`register_method` call.
+The descriptions of the built-in methods live in :mod:`pall_avalanche.catalog` (read without
+torch by the command line and the reports); :func:`bind_method` gives each its class. Adding a
+method is one module with its strategy plus one :func:`register_method` call (description and
+class at once).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,53 +20,76 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from torch import nn
 
+from pall_avalanche.catalog import (
+    DENSE_SIZE,
+    INDEPENDENT_SIZE,
+    METHOD_INFO,
+    SUBNETWORK_SIZE,
+    MethodInfo,
+    describe_method,
+)
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
+__all__ = ["METHODS", "MethodSpec", "bind_method", "build_strategy", "make_optimizer",
+           "register_method"]
 
 OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method.
+    """A registered method: its description and its strategy class.
 
-    :param name: the command-line name.
+    :param info: what the command line and reports know (exact, params, label, ...).
     :param strategy: the strategy class.
-    :param exact: whether unlearning is exact (Table 1 reports A_u as "Exact").
-    :param params: configuration keys passed to the strategy as keyword arguments.
-    :param label: the name printed in tables.
-    :param optional: configuration keys passed as keyword arguments when the configuration
-        has them (the strategy's default otherwise).
-    :param config: configuration values this method (a variant) sets: applied over the
-        global keys and under the configuration's own ``methods`` entry by
-        :func:`~pall_avalanche.config.resolve_method_config`, so records show them.
     """
 
-    name: str
+    info: MethodInfo
     strategy: type[UnlearningTemplate]
-    exact: bool
-    params: tuple[str, ...] = ()
-    label: str = ""
-    optional: tuple[str, ...] = ()
-    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:    # name, exact, params, label, optional, config
+        if name == "info":                       # not set yet (copying, unpickling)
+            raise AttributeError(name)
+        return getattr(self.info, name)
 
 
 METHODS: dict[str, MethodSpec] = {}
+
+
+def bind_method(name: str, strategy: type[UnlearningTemplate]) -> MethodSpec:
+    """Give the described method ``name`` (:data:`~pall_avalanche.catalog.METHOD_INFO`) its
+    strategy class."""
+    if name in METHODS:
+        raise ValueError(f"method {name!r} is already registered "
+                         f"({METHODS[name].strategy.__name__}); pick another name")
+    if name not in METHOD_INFO:
+        raise ValueError(f"method {name!r} is not described; use register_method")
+    spec = MethodSpec(METHOD_INFO[name], strategy)
+    METHODS[name] = spec
+    return spec
+
+
+def _size(strategy: type[UnlearningTemplate]) -> str:
+    from pall_avalanche.strategies.independent import Independent
+    from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
+
+    if issubclass(strategy, Independent):
+        return INDEPENDENT_SIZE
+    return SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else DENSE_SIZE
 
 
 def register_method(name: str, strategy: type[UnlearningTemplate], *, exact: bool,
                     params: Sequence[str] = (), label: str | None = None,
                     optional: Sequence[str] = (), config: Mapping[str, Any] | None = None
                     ) -> MethodSpec:
-    """Register a method (see :class:`MethodSpec` for the arguments)."""
+    """Describe and register a method (see :class:`~pall_avalanche.catalog.MethodInfo` for
+    the arguments; Table 1's symbolic model size follows from the strategy's class)."""
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered "
                          f"({METHODS[name].strategy.__name__}); pick another name")
-    spec = MethodSpec(name, strategy, exact, tuple(params), label or name, tuple(optional),
-                      dict(config or {}))
-    METHODS[name] = spec
-    return spec
+    describe_method(name, exact=exact, params=params, label=label, optional=optional,
+                    config=config, size=_size(strategy))
+    return bind_method(name, strategy)
 
 
 def make_optimizer(config: Mapping, params) -> torch.optim.Optimizer:

@@ -1,0 +1,79 @@
+"""Table 1 of the paper: every method on one benchmark, mean ± std over seeds.
+
+    python benchmarks/table1.py                       # digits, Table 1's methods, CPU preset
+    python benchmarks/table1.py --methods all,ablations   # + ER (Retraining), sparse (Ind.)
+    python benchmarks/table1.py --methods sequential,independent --seeds 0 1 2
+    python benchmarks/table1.py --benchmark cifar10 --data-root ~/data --device cuda
+    python benchmarks/table1.py --alpha 0.1            # one PALL row, at α = 0.1
+
+As in the paper, PALL runs once per α ∈ {0.05, 0.1, 0.2} (rows "PALL (α=0.05)" ...) and
+every other method once with the configuration (WSN with its α, 1/T); --alpha or
+--set alpha=... (or methods.pall.alpha=...) runs PALL at that α only. Records go to
+``--out`` (one JSON per method, α and seed, reused on reruns); the table is printed and
+written to ``<report-dir>/table1_<benchmark>.{md,csv,tex}``. Several benchmarks side by
+side, as the paper prints Table 1: ``python -m pall_avalanche.report --table1 DIR ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pall_avalanche.catalog import TABLE1_ALPHAS
+from pall_avalanche.cli import Parser, add_run_arguments, main_guard
+from pall_avalanche.config import resolve_method_config
+from pall_avalanche.experiments import GridPoint, closing_summary, run_grid, start_script
+from pall_avalanche.report import (
+    epochs_per_task,
+    provenance,
+    table1_cells,
+    table1_frame,
+    write_report,
+)
+from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
+
+#: Command-line keys that fix PALL's α: Table 1 then has one PALL row, at that α.
+ALPHA_KEYS = {"alpha", "methods.pall.alpha"}
+
+
+def main(argv=None) -> None:
+    parser = Parser(prog="table1.py", description=__doc__.split("\n\n")[0],
+                    epilog=__doc__.split("\n\n", 1)[1],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser, default_out="results/table1")
+    run = start_script(parser, argv, script="benchmarks/table1.py")
+    config = run.config
+    if ALPHA_KEYS & run.explicit:
+        points = [GridPoint("Table 1")]
+        alphas = [resolve_method_config(config, "pall")["alpha"]]
+    else:   # methods.pall.alpha: PALL's α alone, whatever the configuration file sets for it
+        points = [GridPoint("Table 1", methods=[m for m in run.methods if m != "pall"]),
+                  *(GridPoint(f"α={a:g}", {"methods.pall.alpha": a}, methods=("pall",))
+                    for a in TABLE1_ALPHAS)]
+        alphas = TABLE1_ALPHAS
+    records = run_grid(points, run)
+    frame = table1_frame(records, run.methods)
+    title = (f"Table 1 — {config['benchmark']} (T={config['n_tasks']}, N_u="
+             f"{config['n_unlearn']}, model {config['model']}, {epochs_per_task(records)})")
+    notes = [f"Records: `{run.args.out}`"]
+    if "pall" in run.methods:
+        notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "
+                        f"with the configuration (WSN: α = {config['alpha']:g})")
+    preamble = provenance(records, title=title, command=run.command, notes=notes,
+                          changed=run.explicit)
+    stem = f"table1_{config['benchmark']}"
+    markdown = write_report(Path(run.args.report_dir) / stem, preamble=preamble, numbers=frame,
+                            cells=table1_cells(frame), caption=title)
+    log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
+              markdown=markdown, group=default_group(config))
+    print(markdown)
+    print(closing_summary(run.stats, records), file=sys.stderr)
+
+
+def cli(argv=None) -> None:
+    main_guard(main, argv, prog=Path(__file__).name)
+
+
+if __name__ == "__main__":
+    cli()
