@@ -1,12 +1,14 @@
-"""Command-line plumbing shared by the scripts in ``benchmarks/``.
+"""Command-line plumbing shared by the paper scripts (:mod:`pall_avalanche.paper`). It imports
+neither torch nor Avalanche.
 
-Every script takes ``--benchmark`` / ``--config`` (a YAML file from ``pall_avalanche/configs``, :data:`~pall_avalanche.config.CONFIG_DIR`),
-``--set KEY=VALUE`` overrides of any configuration key, dedicated flags for the keys that
-sweeps vary, and fails on bad input with one line naming the option, the bad value and what is
-valid (exit code 2), before anything is trained: unknown keys (with a close match), values of
-the wrong type or range (:mod:`pall_avalanche.config`), a device this machine lacks, a results
-or report folder that cannot be written. Reports go beside the records (``--out``) unless
-``--report-dir`` names another folder, so no run replaces a report it did not produce.
+Every script takes ``--benchmark`` / ``--config`` (a YAML file from
+:data:`~pall_avalanche.config.CONFIG_DIR`), ``--set KEY=VALUE`` overrides of any configuration
+key, dedicated flags for the keys that sweeps vary, and fails on bad input with one line naming
+the option, the bad value and what is valid (exit code 2), before anything is trained: unknown
+keys (with a close match), values of the wrong type or range (:mod:`pall_avalanche.config`), a
+device this machine lacks, a results or report folder that cannot be written. Reports go beside
+the records (``--out``) unless ``--report-dir`` names another folder, so no run replaces a
+report it did not produce.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from pall_avalanche.records import read_record, write_atomic, write_text_atomic
 
 __all__ = [
     "COLUMNS",
+    "chance_by_benchmark",
     "epochs_per_task",
     "format_mean_std",
     "format_table",
@@ -56,12 +57,14 @@ __all__ = [
     "model_size_symbol",
     "plot_accuracy_heatmaps",
     "plot_metrics_vs",
+    "plot_table1",
     "plot_timing_vs_tasks",
     "provenance",
     "request_timings",
     "summary_frame",
     "table1_cells",
     "table1_frame",
+    "table1_points",
     "table1_side_by_side",
     "to_latex",
     "to_markdown",
@@ -536,6 +539,64 @@ def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: s
     _save(fig, path)
 
 
+def table1_points(frame: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """What the Table 1 figure draws, per benchmark of a :func:`table1_frame`: one point per
+    row with an unlearning request (``row``, ``exact``, mean and std of A_l and A_u), in the
+    table's order."""
+    points: dict[str, list[dict[str, Any]]] = {}
+    for _, r in frame.iterrows():
+        if pd.isna(r["A_u_mean"]):
+            continue
+        points.setdefault(r["benchmark"], []).append({
+            "row": r["row"], "exact": bool(r["exact"]),
+            "A_l": float(r["A_l_mean"]), "A_l_std": _or_zero(r["A_l_std"]),
+            "A_u": float(r["A_u_mean"]), "A_u_std": _or_zero(r["A_u_std"])})
+    return points
+
+
+def _or_zero(value: Any) -> float:
+    return 0.0 if value is None or pd.isna(value) else float(value)
+
+
+def chance_by_benchmark(records: Iterable[dict]) -> dict[str, float]:
+    """Benchmark → chance accuracy (percent: 100 / classes per task) of ``records``."""
+    return {r["benchmark"]: 100.0 / r["split"]["classes_per_task"] for r in records}
+
+
+def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Path,
+                title: str = "") -> None:
+    """Table 1 as a figure, one panel per benchmark: A_l (x, higher is better) against A_u
+    (y, chance is ideal) per row, mean ± std over seeds; exact methods drawn as filled stars,
+    the others as open circles; a dashed line at chance. Written atomically as PNG.
+
+    :param frame: a :func:`table1_frame`.
+    :param chance: benchmark → chance accuracy (percent: 100 / classes per task).
+    """
+    plt = _pyplot()
+    points = table1_points(frame)
+    fig, axes = plt.subplots(1, max(len(points), 1), figsize=(6.6 * max(len(points), 1), 4.2),
+                             squeeze=False)
+    colours = plt.get_cmap("tab20").colors
+    for ax, (benchmark, rows) in zip(axes[0], points.items(), strict=False):
+        for i, point in enumerate(rows):
+            exact = point["exact"]
+            colour = colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
+            ax.errorbar(point["A_l"], point["A_u"], xerr=point["A_l_std"],
+                        yerr=point["A_u_std"], fmt="*" if exact else "o", color=colour,
+                        markersize=12 if exact else 7, capsize=2, elinewidth=0.8,
+                        mfc=colour if exact else "none", label=point["row"])
+        ax.axhline(chance[benchmark], color="grey", linestyle="--", linewidth=1,
+                   label=f"chance ({chance[benchmark]:.0f} %)")
+        ax.set_xlabel("A_l (%), higher is better")
+        ax.set_ylabel("A_u (%), chance is ideal")
+        ax.set_title(f"{benchmark}: ★ exact unlearning, ○ approximate", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if title:
+        fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
 def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str = "") -> None:
     """Seconds per learning epoch against the number of tasks learned so far (mean over the
     records of each method)."""
@@ -658,7 +719,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         frame, cells = table1_side_by_side(records)
         title = args.title or ("Table 1 — " + ", ".join(dict.fromkeys(frame["benchmark"]))
                                + " side by side")
-        notes = [_model_size_note(frame)]
+        plot_table1(frame, chance_by_benchmark(records), f"{args.out}.png", title)
+        notes = [_model_size_note(frame), f"Figure: {args.out.name}.png (A_l against A_u per "
+                 "row and benchmark, exact methods as stars, chance dashed)"]
     else:
         frame, cells, title, notes = _results_report(records, args.out, args.title or "Results")
     preamble = provenance(records, title=title, command=command, notes=notes)

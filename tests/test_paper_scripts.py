@@ -189,6 +189,7 @@ def _write_side_by_side(root: Path) -> list[Path]:
                                      model_size_mb=sizes[SYMBOLS[method]])
                     record["config"] = {**record["config"], "benchmark": benchmark,
                                         "alpha": alpha}
+                    record["split"] = {"classes_per_task": 2 if benchmark == "cifar10" else 10}
                     path = folder / benchmark / method / f"a{alpha}" / f"seed{seed}.json"
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(record))
@@ -258,6 +259,24 @@ def test_table1_side_by_side_cells_hand_computed(tmp_path):
     latex = (tmp_path / "t1.tex").read_text()
     assert r"PALL ($\alpha$=0.05) & $d + M_i$ & 91.00" in latex
     assert r"Independent & $d \times |\Omega_i|$ & 97.00" in latex
+
+
+def test_table1_figure_points_hand_computed(tmp_path):
+    folders = _write_side_by_side(tmp_path)
+    report.main(["--table1", *map(str, folders), "--out", str(tmp_path / "t1")])
+    assert (tmp_path / "t1.png").stat().st_size > 1000
+    records = [r for f in folders for r in report.load_records(f)]
+    assert report.chance_by_benchmark(records) == {"cifar10": 50.0, "cifar100": 10.0}
+    points = report.table1_points(report.table1_frame(records))
+    assert list(points) == ["cifar10", "cifar100"]
+    assert [p["row"] for p in points["cifar10"]] == [
+        "Sequential", "WSN", "PALL (α=0.05)", "PALL (α=0.1)", "PALL (α=0.2)", "Independent"]
+    pall = points["cifar10"][4]            # seeds with A_l 93 and 96, A_u = A_l − 40
+    assert pall["exact"] is True and pall["A_l"] == 94.5 and pall["A_u"] == 54.5
+    assert pall["A_l_std"] == pytest.approx(2.1213203) == pall["A_u_std"]
+    sequential = points["cifar10"][0]
+    assert sequential["exact"] is False and (sequential["A_l"], sequential["A_u"]) == (82.0, 42.0)
+    assert points["cifar100"][0]["A_u_std"] == 0.0          # one seed: no spread drawn
 
 
 def test_table1_side_by_side_refuses_mixed_configurations(tmp_path):

@@ -69,6 +69,8 @@ def test_table_records_and_resume(tmp_path, capsys):
     csv = (tmp_path / "rep" / "table1_digits.csv").read_text().splitlines()
     assert csv[0].startswith("method,benchmark,alpha,row,exact,seeds,A_l_mean")
     assert len(csv) == 3
+    assert (tmp_path / "rep" / "table1_digits.png").stat().st_size > 1000   # the figure
+    assert "Figure: table1_digits.png" in md
 
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")}
     code, out2, _ = run_main(args, capsys)

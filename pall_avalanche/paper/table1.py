@@ -10,8 +10,10 @@ As in the paper, PALL runs once per α ∈ {0.05, 0.1, 0.2} (rows "PALL (α=0.05
 every other method once with the configuration (WSN with its α, 1/T); --alpha or
 --set alpha=... (or methods.pall.alpha=...) runs PALL at that α only. Records go to
 ``--out`` (one JSON per method, α and seed, reused on reruns); the table is printed and
-written to ``<report-dir>/table1_<benchmark>.{md,csv,tex}``. Several benchmarks side by
-side, as the paper prints Table 1: ``python -m pall_avalanche.report --table1 DIR ...``.
+written to ``<report-dir>/table1_<benchmark>.{md,csv,tex}``, with the figure
+``table1_<benchmark>.png`` (A_l against A_u per row, exact methods marked, chance dashed).
+Several benchmarks side by side, as the paper prints Table 1:
+``python -m pall_avalanche.report --table1 DIR ...``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
 from pall_avalanche.experiments import GridPoint, closing_summary, run_grid, start_script
 from pall_avalanche.report import (
+    chance_by_benchmark,
     epochs_per_task,
+    plot_table1,
     provenance,
     table1_cells,
     table1_frame,
@@ -56,13 +60,16 @@ def main(argv=None) -> None:
     frame = table1_frame(records, run.methods)
     title = (f"Table 1 — {config['benchmark']} (T={config['n_tasks']}, N_u="
              f"{config['n_unlearn']}, model {config['model']}, {epochs_per_task(records)})")
-    notes = [f"Records: `{run.args.out}`"]
+    stem = f"table1_{config['benchmark']}"
+    figure = Path(run.args.report_dir) / f"{stem}.png"
+    plot_table1(frame, chance_by_benchmark(records), figure, title)
+    notes = [f"Records: `{run.args.out}`", f"Figure: {figure.name} (A_l against A_u per row, "
+             "exact methods as stars, chance dashed)"]
     if "pall" in run.methods:
         notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "
                         f"with the configuration (WSN: α = {config['alpha']:g})")
     preamble = provenance(records, title=title, command=run.command, notes=notes,
                           changed=run.explicit)
-    stem = f"table1_{config['benchmark']}"
     markdown = write_report(Path(run.args.report_dir) / stem, preamble=preamble, numbers=frame,
                             cells=table1_cells(frame), caption=title)
     log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
