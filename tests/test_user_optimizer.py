@@ -1,8 +1,11 @@
 """The optimizer the user passes is the one that trains: a scheduler on it (Avalanche's
-LRSchedulerPlugin with a StepLR) drives the learning rate of every learning request, for a
-dense baseline and for PALL, while each request still starts from fresh optimizer state."""
+LRSchedulerPlugin with a StepLR, CosineAnnealingLR or LambdaLR) drives the learning rate of every
+parameter group of every learning request, for a dense baseline and for PALL, while each request
+still starts from fresh optimizer state; the cosine preset is that same plugin."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -52,7 +55,53 @@ def test_a_step_lr_scheduler_halves_the_learning_rate_that_trains(method):
     for request in rates.requests:                 # every group, epoch by epoch
         assert [set(epoch) for epoch in request] == [{0.04}, {0.02}, {0.01}]
     assert rates.states_at_start == [0, 0]         # fresh momentum at every request
-    assert len(strategy.optimizer.param_groups) == (3 if method is PALL else 1)
+    assert len(strategy.optimizer.param_groups) == 1    # PALL: weights, scores, tokens in one
+
+
+SCHEDULES = {   # scheduler of the user's optimizer → the rate of epochs 0, 1, 2 by hand
+    "cosine": (lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3),
+               [0.04 * 0.5 * (1 + math.cos(math.pi * e / 3)) for e in range(3)]),
+    # LambdaLR computes from the base rates it saw at construction (one group)
+    "lambda": (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5 ** e),
+               [0.04, 0.02, 0.01]),
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("method", [Sequential, PALL])
+def test_a_users_scheduler_drives_every_parameter_group(method, schedule):
+    # the scheduler knows the one group the user's optimizer had; PALL's requests train one
+    # group too (weights, scores, task tokens), so every parameter follows the schedule
+    torch.manual_seed(0)
+    bm = build_benchmark("digits", seed=0, train_per_task=60)
+    model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
+    rates = LearningRates()
+    extra = {"alpha": 0.2, "buffer_size": 50, "n_retrain_iters": 2} if method is PALL else {}
+    make, by_hand = SCHEDULES[schedule]
+    strategy = method(model=model, optimizer=optimizer, train_mb_size=32, train_epochs=3,
+                      eval_mb_size=64, plugins=[LRSchedulerPlugin(make(optimizer)), rates],
+                      **extra)
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+    for request in rates.requests:
+        assert len(request) == 3
+        for epoch, rate in zip(request, by_hand, strict=True):
+            assert epoch == pytest.approx([rate])
+
+
+def test_the_cosine_preset_is_avalanches_scheduler_plugin():
+    strategy, bm, _ = make_strategy("pall", epochs=3, lr_schedule="cosine")
+    schedulers = [p for p in strategy.plugins if isinstance(p, LRSchedulerPlugin)]
+    assert len(schedulers) == 1
+    assert isinstance(schedulers[0].scheduler, torch.optim.lr_scheduler.CosineAnnealingLR)
+    rates = LearningRates()
+    strategy.plugins.insert(1, rates)
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+    by_hand = [0.05 * 0.5 * (1 + math.cos(math.pi * e / 3)) for e in range(3)]
+    for request in rates.requests:              # reset to 0.05 at every request
+        assert request == [pytest.approx([rate]) for rate in by_hand]
 
 
 def test_without_a_scheduler_the_records_train_as_before():

@@ -204,3 +204,29 @@ def test_a_sliced_restriction_needs_one_valid_count_per_slice(keep):
     counts["backbone.blocks.0.attn.qkv.weight"] = [1, 577, 1]
     with pytest.raises(ValueError, match=r"invalid \(slice 1 of 3\): .* the 576 eligible"):
         net.start_learning(0, eligible=everything, keep=counts)
+
+
+def test_the_learning_tasks_tokens_get_the_optimizers_weight_decay_by_hand():
+    # one request of one SGD step: tokens move by -lr · (g + weight_decay · w), g the raw
+    # gradient (captured by a tensor hook, before any decay); the other tasks' tokens stay
+    strategy, bm = vit_strategy("pall")
+    strategy.train_mb_size = 20                               # one step per epoch
+    net = strategy.model.net
+    tokens = net.task_parameters(0)
+    before = [p.detach().clone() for p in tokens]
+    others = [p.detach().clone() for p in net.task_parameters(1)]
+    raw: dict[int, torch.Tensor] = {}
+    handles = [p.register_hook(lambda g, i=i: raw.setdefault(i, g.detach().clone()))
+               for i, p in enumerate(tokens)]
+    strategy.train(bm.train_stream[0])
+    for handle in handles:
+        handle.remove()
+    lr, decay = FAST_CONFIG["lr"], FAST_CONFIG["weight_decay"]
+    assert sorted(raw) == list(range(len(tokens))) and all(g.abs().sum() > 0
+                                                           for g in raw.values())
+    for i, (p, w) in enumerate(zip(tokens, before, strict=True)):
+        g = raw[i]
+        assert torch.allclose(p.detach(), w - lr * (g + decay * w), rtol=0, atol=1e-8)
+        assert not torch.equal(p.detach(), w - lr * g)      # the decay did act
+    assert all(torch.equal(p.detach(), w) for p, w in zip(net.task_parameters(1), others,
+                                                          strict=True))

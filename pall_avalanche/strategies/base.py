@@ -23,22 +23,29 @@ Conventions shared by all methods (docs/fidelity.md, "Baselines"):
   ``LRSchedulerPlugin`` holds keeps driving the learning rate that trains; retraining loops
   (no scheduler, as in the paper) get a separate one from
   :meth:`UnlearningTemplate.fresh_optimizer`.
-- ``lr_schedule="cosine"`` anneals the learning rate per epoch within each request.
+- ``lr_schedule="cosine"`` anneals the learning rate per epoch within each request with
+  torch's ``CosineAnnealingLR`` in Avalanche's ``LRSchedulerPlugin`` (reset after every
+  request).
+- A learning request trains one parameter group, as the user's optimizer usually has: a
+  scheduler made for it keeps one base rate per group it saw (``LambdaLR`` and ``OneCycleLR``
+  refuse a different number of groups), so per-parameter differences such as weight decay
+  are applied to the gradients instead (:meth:`UnlearningTemplate.optimizer_param_groups`).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
 from avalanche.models.utils import avalanche_forward
+from avalanche.training.plugins import LRSchedulerPlugin
 from avalanche.training.templates import SupervisedTemplate
 from avalanche.training.utils import trigger_plugins
 from torch import nn
 from torch.optim import Optimizer
+from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.core import RequestResult, UnlearningPlugin
@@ -53,24 +60,6 @@ LR_SCHEDULES = ("constant", "cosine")
 AMP_MODES = (None, "bf16")
 
 
-class _CosineEpochSchedule(UnlearningPlugin):
-    """Cosine annealing of every parameter group's learning rate over the request's epochs;
-    the learning rates go back to their values at the request's start when it ends."""
-
-    def before_training_exp(self, strategy, **kwargs) -> None:
-        self.base_lrs = [group["lr"] for group in strategy.optimizer.param_groups]
-
-    def before_training_epoch(self, strategy, **kwargs) -> None:
-        factor = 0.5 * (1 + math.cos(math.pi * strategy.clock.train_exp_epochs
-                                     / strategy.train_epochs))
-        for group, base in zip(strategy.optimizer.param_groups, self.base_lrs, strict=True):
-            group["lr"] = base * factor
-
-    def after_training_exp(self, strategy, **kwargs) -> None:
-        for group in strategy.optimizer.param_groups:
-            group["lr"] = self.base_lrs[0]
-
-
 class UnlearningTemplate(SupervisedTemplate, Stateful):
     """Avalanche supervised template with task unlearning.
 
@@ -81,7 +70,8 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     Takes every keyword argument of ``SupervisedTemplate`` (keyword-only), plus:
 
     :param lr_schedule: ``"constant"`` (default) or ``"cosine"`` (per-epoch annealing within
-        each learning request; the paper's TinyImageNet schedule).
+        each learning request, torch's ``CosineAnnealingLR`` in Avalanche's
+        ``LRSchedulerPlugin``; the paper's TinyImageNet schedule).
     :param amp: ``"bf16"``: the learning requests' training forward passes run under bfloat16
         autocast (weights, gradients, optimizer state, masks and every exactness property stay
         as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
@@ -107,7 +97,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         self.channels_last = bool(channels_last)
         plugins = list(kwargs.pop("plugins", None) or [])
         if lr_schedule == "cosine":
-            plugins.insert(0, _CosineEpochSchedule())
+            # torch's cosine annealing over the request's epochs, through Avalanche's plugin
+            # (reset to the initial rate after every request)
+            plugins.insert(0, LRSchedulerPlugin(
+                CosineAnnealingLR(optimizer, T_max=kwargs.get("train_epochs", 1)),
+                step_granularity="epoch", reset_scheduler=True, reset_lr=True))
         super().__init__(model=model, optimizer=optimizer,
                          criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
                          plugins=plugins, **kwargs)
@@ -213,7 +207,9 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     # ---------------------------------------------------------------- optimizers
     def optimizer_param_groups(self) -> list[dict]:
-        """The parameter groups a learning request optimises (default: every trainable one)."""
+        """The parameter groups a learning request optimises (default: every trainable
+        parameter, one group). Keep to one group: a scheduler of the user's optimizer knows the
+        groups it saw (module docstring)."""
         return [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
 
     def fresh_optimizer(self, param_groups: list[dict]) -> Optimizer:

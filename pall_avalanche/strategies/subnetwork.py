@@ -99,13 +99,24 @@ class SubnetworkStrategy(UnlearningTemplate):
         return self.model.cumulative_mask(self.active_tasks)
 
     def optimizer_param_groups(self) -> list[dict]:
+        """One group of the maskable weights, the scores (if any) and the task's own token
+        parameters, without the optimizer's weight decay: the freezing plugin decays the free
+        weights, :meth:`_after_backward` the task's tokens, and scores are never decayed."""
         net: SubnetworkNet = self.model
-        groups = [{"params": [w for _, w in net.named_weights()], "weight_decay": 0.0}]
+        params = [w for _, w in net.named_weights()]
         if net.scores is not None:
-            groups.append({"params": list(net.scores), "weight_decay": 0.0})
-        groups.append({"params": net.net.task_parameters(self.experience.task_label),
-                       "weight_decay": self.weight_decay})
-        return groups
+            params += list(net.scores)
+        params += net.net.task_parameters(self.experience.task_label)
+        return [{"params": params, "weight_decay": 0.0}]
+
+    def _after_backward(self, **kwargs) -> None:
+        """Weight decay of the learning task's own token parameters, on their gradients (as
+        the optimizer's would: g + weight_decay · w)."""
+        if self.weight_decay:
+            for p in self.model.net.task_parameters(self.experience.task_label):
+                if p.grad is not None:
+                    p.grad.add_(p, alpha=self.weight_decay)
+        super()._after_backward(**kwargs)
 
     # ---------------------------------------------------------------- unlearning
     def redraw_set(self, task: int) -> MaskSet | None:
