@@ -46,6 +46,7 @@ from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from pall_avalanche.core import RequestResult
 from pall_avalanche.masks import SubnetworkNet
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runner import run_experiments
@@ -288,6 +289,8 @@ class ProvenanceTracker(UnlearningPlugin):
     tasks' final masks, not the evolving masks during training: the strict check is an
     under-approximation. Strategies whose model is not a
     :class:`~pall_avalanche.masks.SubnetworkNet` are not tracked (``results`` stays None).
+    The weights are read when a request starts (and after each epoch); each request is booked
+    when it is over, in the template's ``after_request`` event.
     """
 
     def __init__(self) -> None:
@@ -329,10 +332,16 @@ class ProvenanceTracker(UnlearningPlugin):
         if self._start is not None:
             self._end = _flat(self._weights(strategy))
 
-    def after_training_exp(self, strategy, **kwargs) -> None:
+    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
+        """Book the request once it is over (the template's ``after_request``)."""
+        if result.kind == "learn":
+            self._learned(strategy, result.task)
+        else:
+            self._unlearned(strategy, result.task)
+
+    def _learned(self, strategy: UnlearningTemplate, task: int) -> None:
         if self._start is None:
             return
-        task = strategy.experience.task_label
         changed = self._end != self._start
         mask = self._mask(strategy, task)
         for u in self._influencers(mask, exclude=task):
@@ -352,7 +361,7 @@ class ProvenanceTracker(UnlearningPlugin):
         self._expected = None if promised is None else torch.cat(
             [b.reshape(-1) for b in promised.bools().values()])
 
-    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
+    def _unlearned(self, strategy: UnlearningTemplate, task: int) -> None:
         if self.results is None or self._start is None:
             return
         changed = _flat(self._weights(strategy)) != self._start
