@@ -178,6 +178,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         default; a method fills ``self._statistics`` during the request."""
         return dict(self._statistics)
 
+    def trains_head_only(self) -> bool:
+        """Whether the current training phase trains only the task's head rows (the warm-up of
+        LwF and LSF); penalties on the shared weights skip it. Default: no."""
+        return False
+
     def stores_logits(self) -> bool:
         """Whether the method keeps logits computed by the model (DER++ and PALL's buffers):
         an audit of exact unlearning checks that none was computed with an unlearned task's

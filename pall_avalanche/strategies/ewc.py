@@ -78,7 +78,7 @@ class TaskEWCPlugin(EWCPlugin, UnlearningPlugin):
     """Avalanche's separate-mode EWC whose per-task state can be deleted.
 
     Penalty added to the loss: ``ewc_lambda · Σ_{τ ∈ tasks} Σ_i F_τ,i (θ_i − θ_τ,i)²`` over the
-    tasks whose state is stored (the active ones). Skipped while ``strategy.head_only`` is true
+    tasks whose state is stored (the active ones). Skipped while ``strategy.trains_head_only()``
     (a head-only warm-up moves no entry any stored Fisher weights).
 
     :param ewc_lambda: λ, the weight of the penalty.
@@ -110,7 +110,7 @@ class TaskEWCPlugin(EWCPlugin, UnlearningPlugin):
         return total
 
     def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        if self.counter_of and self.ewc_lambda and not getattr(strategy, "head_only", False):
+        if self.counter_of and self.ewc_lambda and not strategy.trains_head_only():
             strategy.loss += self.ewc_lambda * self.penalty(strategy.model)
 
     def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size,

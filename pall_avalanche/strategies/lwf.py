@@ -90,7 +90,7 @@ class ActiveTaskLwF(LearningWithoutForgetting):
 class TaskLwFPlugin(LwFPlugin, UnlearningPlugin):
     """Avalanche's ``LwFPlugin`` with :class:`ActiveTaskLwF` and task forgetting.
 
-    The penalty is skipped while ``strategy.head_only`` is true: during the head-only warm-up
+    The penalty is skipped while ``strategy.trains_head_only()``: during the head-only warm-up
     the old tasks' outputs cannot change, so the term and its gradient are zero.
 
     :param alpha: weight of the distillation term (config key ``lwf_alpha``).
@@ -112,7 +112,7 @@ class TaskLwFPlugin(LwFPlugin, UnlearningPlugin):
         return dict(self.lwf.prev_classes_by_task)
 
     def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        if not getattr(strategy, "head_only", False):
+        if not strategy.trains_head_only():
             strategy.loss += self.lwf(strategy.mb_x, strategy.mb_output, strategy.model)
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
@@ -164,6 +164,9 @@ class HeadWarmupTemplate(UnlearningTemplate):
         self._rows[self.model.head_rows(self.experience.task_label)] = 1.0
         self.renew_optimizer([{"params": [head], "weight_decay": 0.0}])
         self.head_only = True
+
+    def trains_head_only(self) -> bool:
+        return self.head_only
 
     def _end_head_only(self) -> None:
         for p in self._frozen:

@@ -1,0 +1,67 @@
+"""The README's Avalanche script runs as it stands: an Avalanche user's own benchmark
+generator, evaluator, TextLogger and StepLR scheduler with PALL dropped in; the logger shows
+the paper's metrics after every request and the learning rate that trains halves per epoch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pall_avalanche.evaluation import compute_metrics
+from pall_avalanche.requests import generate_requests
+from pall_avalanche.strategies import UnlearningPlugin
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def avalanche_script() -> str:
+    """The first Python block of the README's section "Using the strategies in Avalanche
+    code"."""
+    text = README.read_text()
+    section = text[text.index("## Using the strategies in Avalanche code"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+class Rates(UnlearningPlugin):
+    """The learning rate of every parameter group at the first iteration of each epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.per_request: list[list[list[float]]] = []
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.per_request.append([])
+
+    def before_training_iteration(self, strategy, **kwargs):
+        if strategy.clock.train_epoch_iterations == 0:
+            self.per_request[-1].append([g["lr"] for g in strategy.optimizer.param_groups])
+
+
+def test_the_readme_avalanche_script_runs_and_logs_the_papers_metrics(capfd):
+    script = avalanche_script()
+    # the one addition: a probe of the learning rate, appended to the script's own plugins
+    probed = script.replace("plugins=[LRSchedulerPlugin(", "plugins=[rates, LRSchedulerPlugin(")
+    assert probed != script
+    rates = Rates()
+    namespace = {"rates": rates}
+    exec(compile(probed, str(README), "exec"), namespace)
+    logged = capfd.readouterr().out   # TextLogger writes to the stdout of its import time
+    requests = generate_requests(n_tasks=5, n_unlearn=3, seed=0)
+    # the paper's metrics in the user's TextLogger, next to Avalanche's own metric
+    assert "UnlearningMetrics/A_l = " in logged and "UnlearningMetrics/F_u = " in logged
+    assert "Top1_Acc_Exp" in logged
+    # every request's row reached the evaluator; the last A_l and F_u printed (by the final
+    # evaluation's report) are those of all the rows
+    values = namespace["evaluator"].get_all_metrics()
+    assert values["UnlearningMetrics/accuracy/task0"][0] == list(range(len(requests)))
+    rows = list(zip(*(values[f"UnlearningMetrics/accuracy/task{t}"][1] for t in range(5)),
+                    strict=True))
+    expected = compute_metrics([list(r) for r in rows], requests)
+    printed = {name: float(re.findall(rf"UnlearningMetrics/{name} = ([\d.]+)", logged)[-1])
+               for name in ("A_l", "F_u")}
+    assert printed == {n: pytest.approx(expected[n], abs=5e-5) for n in printed}
+    # the scheduler's rate trains: 0.04, 0.02, 0.01 in every learning request
+    assert len(rates.per_request) == 5
+    assert all(r == [[0.04], [0.02], [0.01]] for r in rates.per_request)
