@@ -221,3 +221,23 @@ def test_the_same_seed_threads_and_hardware_give_bit_identical_records():
     second = run_record("pall", 3, CONFIG, requests=REQUESTS)
     for key in ("accuracy", "metrics", "unlearning_stats", "learning_checks"):
         assert first[key] == second[key], key
+
+
+def test_a_records_hash_is_its_folder_also_with_replayed_requests_and_training_seeds(tmp_path):
+    import hashlib
+    import json
+
+    config = {**CONFIG, "methods": {"sequential": {"epochs": 1}}}
+    resolved = {k: v for k, v in config.items() if k not in ("methods", "seeds")}
+    runs = [({}, {}), ({"requests": REQUESTS}, {"requests": REQUESTS.to_list()}),
+            ({"train_seed_offset": 100}, {"train_seed": 100})]
+    for kwargs, extra in runs:
+        record, = run_experiments(["sequential"], [0], config, tmp_path, show_progress=False,
+                                  checkpoints=False, **kwargs)
+        # the hash written by hand: sha1 of the sorted JSON of the resolved configuration, with
+        # the requests or the training seed when they were given
+        key = {**resolved, **extra}
+        by_hand = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()
+                               ).hexdigest()[:10]
+        path = tmp_path / "digits" / "sequential" / by_hand / "seed0.json"
+        assert record["config_hash"] == by_hand and read_record(path) == record
