@@ -1,4 +1,4 @@
-"""Table 3 of the paper: independent static / dynamic sparse subnetworks vs PALL.
+"""Table 2 of the paper: independent static / dynamic sparse subnetworks vs PALL.
 
 Installed as the command ``pall-table-sparse`` (``--help`` lists the options);
 the code is ``pall_avalanche.paper.table_sparse``.

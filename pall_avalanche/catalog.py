@@ -6,7 +6,7 @@ use only this module, so they take a fraction of a second; the code that trains 
 the same names (:func:`pall_avalanche.strategies.register_method` binds a strategy class to a
 :class:`MethodInfo`; :data:`pall_avalanche.data.BENCHMARKS`,
 :data:`pall_avalanche.models.MODELS` and :data:`pall_avalanche.plugins.SELECTIONS` hold the
-builders). ``tests/test_catalog.py`` checks that both sides agree.
+builders). ``tests/test_startup.py`` checks that both sides agree.
 """
 
 from __future__ import annotations

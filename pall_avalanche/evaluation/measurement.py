@@ -6,11 +6,11 @@ for learning; total for unlearning; evaluation excluded) and the inference model
 as a :class:`~pall_avalanche.core.RequestResult`.
 
 A learning request can fail silently: A_l averages over tasks, so one task left at chance right
-after it was learned hides in it. After every learning request the plugin also measures the
+after it was learned hides in it. After every learning request the measurement also takes the
 learned task's balanced accuracy on its own training data (eval mode, un-augmented) and flags
-the request when it is at chance (:func:`learning_failed`): a :class:`LearningWarning` and an
-entry with ``failed: true`` in :attr:`RequestEvaluationPlugin.learning_checks` (the record's
-``learning_checks``).
+the request when it is at chance (:func:`learning_failed`): a :class:`LearningWarning` and
+``failed: true`` in the result's ``learning_check`` (kept by
+:class:`~pall_avalanche.evaluation.RequestLog`; the record's ``learning_checks``).
 """
 
 from __future__ import annotations

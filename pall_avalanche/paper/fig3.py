@@ -4,7 +4,8 @@
     python benchmarks/fig3.py --benchmark cifar100 --n-unlearn-grid 1 3 5 7 9 --device cuda
 
 Methods that retrain or fine-tune on unlearning (the paper leaves out GEM, "similar to ER"),
-PALL with α = 1/T (override with --alpha). Writes reports/fig3_<benchmark>.{md,csv,tex,png}.
+PALL with α = 1/T (override with --alpha). Writes fig3_<benchmark>.{md,csv,tex,png} beside the
+records (--out) or into --report-dir.
 """
 
 from __future__ import annotations

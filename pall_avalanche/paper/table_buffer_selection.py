@@ -5,7 +5,8 @@
 
 Random (default), herding, entropy, confidence, logit distance (config key
 ``buffer_selection``; :data:`pall_avalanche.catalog.SELECTION_NAMES`), PALL with α = 1/T.
-Writes reports/table_buffer_selection_<benchmark>.{md,csv,tex}.
+Writes table_buffer_selection_<benchmark>.{md,csv,tex} beside the records (--out) or into
+--report-dir.
 """
 
 from __future__ import annotations

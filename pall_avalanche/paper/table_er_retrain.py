@@ -4,7 +4,7 @@
     python benchmarks/table_er_retrain.py --benchmark cifar10 --device cuda
 
 Rows Independent, PALL (α = 1/T), ER (Retraining), ER. Writes
-reports/table_er_retrain_<benchmark>.{md,csv,tex}.
+table_er_retrain_<benchmark>.{md,csv,tex} beside the records (--out) or into --report-dir.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
     python benchmarks/table_nf.py                             # digits
     python benchmarks/table_nf.py --benchmark cifar10 --device cuda
 
-PALL with α = 1/T; columns A_l, F_u, F_u^max. Writes reports/table_nf_<benchmark>.{md,csv,tex}.
+PALL with α = 1/T; columns A_l, F_u, F_u^max. Writes table_nf_<benchmark>.{md,csv,tex} beside
+the records (--out) or into --report-dir.
 """
 
 from __future__ import annotations

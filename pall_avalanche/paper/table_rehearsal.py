@@ -4,7 +4,8 @@
     python benchmarks/table_rehearsal.py --benchmark cifar10 --buffer-sizes 200 500 1000
 
 Rows per buffer size: ER, DER++, PALL (β=0, 0.5, 1); Sequential and Independent once (no
-buffer). PALL with α = 1/T. Writes reports/table_rehearsal_<benchmark>.{md,csv,tex}.
+buffer). PALL with α = 1/T. Writes table_rehearsal_<benchmark>.{md,csv,tex} beside the records
+(--out) or into --report-dir.
 """
 
 from __future__ import annotations

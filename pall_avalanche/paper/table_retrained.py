@@ -5,7 +5,8 @@
 
 PALL with α = 1/T; rows d, d/T, |θ̄|, |θ̄|/d and the mean |θ̄ after − θ̄ before unlearning|,
 averaged over the unlearning requests of every seed (``unlearning_stats`` of the records).
-Writes reports/table_retrained_<benchmark>.{md,csv,tex}.
+Writes table_retrained_<benchmark>.{md,csv,tex} beside the records (--out) or into
+--report-dir.
 """
 
 from __future__ import annotations

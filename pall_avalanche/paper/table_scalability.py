@@ -5,7 +5,7 @@
         --alphas 0.01 0.025 0.05 --device cuda                # the paper: N_u 3 5 10 20 50
 
 Columns A_l, F_l, F_u per N_u; PALL with α = 1/T unless --alphas is given. Writes
-reports/table_scalability_<benchmark>.{md,csv,tex,png}.
+table_scalability_<benchmark>.{md,csv,tex,png} beside the records (--out) or into --report-dir.
 """
 
 from __future__ import annotations

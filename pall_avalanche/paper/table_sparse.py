@@ -1,11 +1,12 @@
-"""Table 3 of the paper: independent static / dynamic sparse subnetworks vs PALL.
+"""Table 2 of the paper: independent static / dynamic sparse subnetworks vs PALL.
 
     python benchmarks/table_sparse.py                         # digits: T=5 only
     python benchmarks/table_sparse.py --benchmark tinyimagenet --task-counts 40 100 \
         --alphas 0.01 0.025 0.05 --device cuda
 
 Columns A_l, F_u per T; PALL with N_f = 10 (the paper's choice here) and α = 1/T unless
---alphas is given. Writes reports/table_sparse_<benchmark>.{md,csv,tex}.
+--alphas is given. Writes table_sparse_<benchmark>.{md,csv,tex} beside the records (--out) or
+into --report-dir.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, notes=notes,
         cells=wide_table(cells, row="Method", column="T"),
-        title=f"Table 3 — independent sparse subnetworks vs PALL ({run.config['benchmark']})")
+        title=f"Table 2 — independent sparse subnetworks vs PALL ({run.config['benchmark']})")
 
 
 def cli(argv=None) -> None:

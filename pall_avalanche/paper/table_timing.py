@@ -6,8 +6,9 @@
 Every method runs the fixed sequence L0, L1, U0, L2, …, L_{T-1}; the table gives the second
 learning request's seconds per epoch and the unlearning request's total seconds, and both as
 ratios to Sequential measured in the same run (absolute seconds depend on the hardware). The
-figure gives seconds per epoch of every learning request against the number of tasks.
-PALL with α = 1/T, N_f = 50. Writes reports/table_timing_<benchmark>.{md,csv,tex,png}.
+figure gives seconds per epoch of every learning request against the number of tasks. PALL with
+α = 1/T, N_f = 50. Writes table_timing_<benchmark>.{md,csv,tex,png} beside the records (--out)
+or into --report-dir.
 """
 
 from __future__ import annotations

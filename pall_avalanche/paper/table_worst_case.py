@@ -3,8 +3,9 @@
     python benchmarks/table_worst_case.py                     # digits, Table 1's methods
     python benchmarks/table_worst_case.py --benchmark cifar10 --device cuda
 
-PALL with α = 1/T. Records are shared with Table 1 when the configuration matches (same
---out). Writes reports/table_worst_case_<benchmark>.{md,csv,tex}.
+PALL with α = 1/T. Records are shared with Table 1 when the configuration matches (same --out).
+Writes table_worst_case_<benchmark>.{md,csv,tex} beside the records (--out) or into
+--report-dir.
 """
 
 from __future__ import annotations

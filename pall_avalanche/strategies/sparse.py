@@ -1,6 +1,6 @@
 """Static and dynamic sparse (Ind.): T disjoint subnetworks of one network, no sharing.
 
-The paper's ablation without knowledge transfer (Table 4): every task trains and uses only
+The paper's ablation without knowledge transfer (Table 2): every task trains and uses only
 its own entries, so unlearning task t re-draws exactly t's entries from the initialisation
 distribution (and t's own tokens, where the backbone has them) and nothing else changes:
 exact unlearning with F_u = 0, without buffer or retraining.
