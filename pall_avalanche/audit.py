@@ -46,6 +46,9 @@ from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from pall_avalanche.catalog import AUDIT_FOLDS as N_FOLDS
+from pall_avalanche.catalog import AUDIT_REFERENCE_SEED_OFFSET as REFERENCE_SEED_OFFSET
+from pall_avalanche.catalog import AUDIT_REQUESTS
 from pall_avalanche.core import RequestResult
 from pall_avalanche.masks import SubnetworkNet
 from pall_avalanche.requests import RequestSequence
@@ -73,14 +76,12 @@ __all__ = [
     "t_interval",
 ]
 
-#: The default audited sequence: task 1 is unlearned after tasks 2 and 3 were learned on top
-#: of it (the channels of docs/fidelity.md, "Where exact unlearning is weaker", are open), and
-#: task 4 is learned after the unlearning.
-AUDIT_REQUESTS = ("L0", "L1", "L2", "L3", "U1", "L4")
-#: The reference oracle of seed s trains with training seed s + this offset.
-REFERENCE_SEED_OFFSET = 100_000
+# The audited sequence AUDIT_REQUESTS: task 1 is unlearned after tasks 2 and 3 were learned on
+# top of it (the channels of docs/fidelity.md, "Where exact unlearning is weaker", are open),
+# and task 4 is learned after the unlearning; the reference oracle of seed s trains with
+# training seed s + REFERENCE_SEED_OFFSET (both in pall_avalanche.catalog: the command line
+# reads them without torch).
 N_BOOTSTRAP = 2000
-N_FOLDS = 5
 
 
 # ----------------------------------------------------------------------------- requests

@@ -1,10 +1,12 @@
 """What the command line, the configuration checks and the reports know about methods,
-benchmarks, models and buffer selections — without importing torch or Avalanche.
+benchmarks, models, buffer selections and the exactness audit's fixed settings — without
+importing torch or Avalanche.
 
 Parsing arguments, refusing bad input, ``--help`` and reading records and writing reports
 use only this module, so they take a fraction of a second; the code that trains registers
-the same names (:func:`pall_avalanche.strategies.register_method` binds a strategy class to a
-:class:`MethodInfo`; :data:`pall_avalanche.data.BENCHMARKS`,
+the same names (:func:`pall_avalanche.strategies.bind_method` gives each built-in
+:class:`MethodInfo` its strategy class, :func:`~pall_avalanche.strategies.register_method`
+describes and binds a new method; :data:`pall_avalanche.data.BENCHMARKS`,
 :data:`pall_avalanche.models.MODELS` and :data:`pall_avalanche.plugins.SELECTIONS` hold the
 builders). ``tests/test_startup.py`` checks that both sides agree.
 """
@@ -17,6 +19,9 @@ from typing import Any
 
 __all__ = [
     "ABLATION_METHODS",
+    "AUDIT_REQUESTS",
+    "AUDIT_FOLDS",
+    "AUDIT_REFERENCE_SEED_OFFSET",
     "BENCHMARK_INFO",
     "DENSE_SIZE",
     "INDEPENDENT_SIZE",
@@ -157,3 +162,11 @@ BENCHMARK_INFO: dict[str, BenchmarkInfo] = {
 MODEL_NAMES = ("mlp", "cnn", "resnet18", "resnet34", "vit_t8")
 #: The buffer selections (the functions: :data:`pall_avalanche.plugins.SELECTIONS`).
 SELECTION_NAMES = ("random", "herding", "entropy", "confidence", "logit_distance")
+
+#: The exactness audit's sequence R (:mod:`pall_avalanche.audit`): task 1 learned, then
+#: unlearned; the oracle sequence R′ is R without task 1.
+AUDIT_REQUESTS = ("L0", "L1", "L2", "L3", "U1", "L4")
+#: Added to a seed for the audit's reference oracle: other training randomness, same split.
+AUDIT_REFERENCE_SEED_OFFSET = 100_000
+#: Folds of the audit's cross-validated distinguisher (at least this many seeds).
+AUDIT_FOLDS = 5

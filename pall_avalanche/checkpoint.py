@@ -43,7 +43,10 @@ __all__ = [
     "save_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = 1
+#: The checkpoint layout; a checkpoint of another format is set aside as corrupt and its run
+#: starts afresh (2: request results in the request log and the evaluator's metric, the
+#: episodic memory as its own plugin, no learning-order lists).
+CHECKPOINT_FORMAT = 2
 _KIND = "__kind__"
 
 

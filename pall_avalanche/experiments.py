@@ -26,6 +26,7 @@ from pall_avalanche.cli import (
     add_run_arguments,
     config_from_args,
     parse_methods,
+    program_name,
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config, parse_override
@@ -122,9 +123,7 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
     explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
     explicit |= {parse_override(text)[0] for text in args.overrides}
-    invoked = Path(sys.argv[0]).name          # an installed command: pall-table1 ...
-    program = invoked if invoked.startswith("pall-") else f"python {script}"
-    command = f"{program} {shlex.join(argv)}".strip()
+    command = f"{program_name(f'python {script}')} {shlex.join(argv)}".strip()
     return ScriptRun(args, methods, config, seeds, requests, command, explicit)
 
 

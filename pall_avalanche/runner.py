@@ -171,8 +171,11 @@ class RunSpec:
         object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
 
     def __reduce__(self) -> tuple:      # a mapping proxy does not pickle: rebuild from a dict
-        return (RunSpec, (self.method, self.seed, dict(self.config), self.requests,
-                          self.train_seed))
+        return (type(self), (self.method, self.seed, dict(self.config), self.requests,
+                             self.train_seed))
+
+    def __hash__(self) -> int:          # equal specifications have equal identities
+        return hash((self.method, self.seed, self.hash))
 
     @classmethod
     def of(cls, method: str, seed: int, config: Mapping[str, Any],
@@ -199,15 +202,20 @@ class RunSpec:
                                      self.seed)
         return RequestSequence(self.requests, self.config["n_tasks"])
 
+    def described(self) -> dict[str, Any]:
+        """The resolved configuration, plus the replayed requests and the training seed when
+        they are given: everything the record is the result of, besides method and seed."""
+        out = dict(self.config)
+        if self.requests is not None:
+            out["requests"] = self.sequence.to_list()
+        if self.train_seed is not None:
+            out["train_seed"] = self.train_seed
+        return out
+
     @property
     def hash(self) -> str:
         """The run's identity (class docstring)."""
-        key = dict(self.config)
-        if self.requests is not None:
-            key["requests"] = self.sequence.to_list()
-        if self.train_seed is not None:
-            key["train_seed"] = self.train_seed
-        return config_hash(key)
+        return config_hash(self.described())
 
     def identity(self) -> dict[str, Any]:
         """What a checkpoint must match to be resumed by this run."""
@@ -497,8 +505,8 @@ def _run_and_write(spec: RunSpec, path: Path, options: _Options,
     If writing the record fails (``OSError``), it is kept in :func:`unsaved_path` and an
     ``OSError`` naming both files is raised; the checkpoint stays."""
     checkpoint = checkpoint_path(path) if options.checkpoints else None
-    with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=dict(spec.config),
-                   group=options.group) as tracker:
+    with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=spec.described(),
+                   group=options.group, identity=spec.hash) as tracker:
         record = run_spec(spec, device=options.device, show_progress=options.show_progress,
                           checkpoint=checkpoint,
                           plugins=[WandbRequestLogger(tracker)] if tracker.active else [],

@@ -294,20 +294,24 @@ class WandbRun:
 
 @contextmanager
 def wandb_run(settings: WandbSettings | None, *, method: str, seed: int,
-              config: Mapping[str, Any], group: str | None = None) -> Iterator[WandbRun]:
+              config: Mapping[str, Any], group: str | None = None,
+              identity: str | None = None) -> Iterator[WandbRun]:
     """One W&B run for the record of (``method``, ``seed``), named
-    ``<method>-seed<seed>-<configuration hash>`` (several settings of one method, e.g. Table 1's
-    three PALL α, share a group); finished on exit (failed if the block raised). A no-op run
-    when ``settings`` is ``None``.
+    ``<method>-seed<seed>-<identity>`` (several settings of one method, e.g. Table 1's three
+    PALL α, share a group); finished on exit (failed if the block raised). A no-op run when
+    ``settings`` is ``None``.
 
     :param settings: W&B settings or ``None``.
     :param method: the method's name.
     :param seed: the seed.
-    :param config: the resolved configuration (logged as the run's config).
+    :param config: what the record is the result of (logged as the run's config): the
+        resolved configuration, plus the replayed requests or training seed when given.
     :param group: default group when ``settings.group`` is not set.
+    :param identity: the record's hash (its folder; ``runner.RunSpec.hash``); ``None``: the
+        hash of ``config``.
     """
-    run = WandbRun(settings, name=f"{method}-seed{seed}-{config_hash(config)}",
-                   job_type="record", group=group,
+    name = identity if identity is not None else config_hash(config)
+    run = WandbRun(settings, name=f"{method}-seed{seed}-{name}", job_type="record", group=group,
                    config={**config, "method": method, "seed": seed})
     try:
         yield run

@@ -64,3 +64,21 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     logged = text.getvalue()
     assert "UnlearningMetrics/A_l = " in logged and "UnlearningMetrics/F_u = " in logged
     assert "Top1_Acc_Exp" in logged                    # Avalanche's own metric beside ours
+
+
+def test_a_task_learned_again_after_unlearning_is_measured_without_the_papers_metrics():
+    # L0 U0 L0 leaves the paper's protocol (a task learned twice): every request still ends
+    # in after_request with its row; the paper's metrics stop where they are undefined
+    from helpers import make_strategy
+
+    strategy, bm, log = make_strategy("sequential", epochs=1, train_per_task=40)
+    strategy.train(bm.train_stream[0])
+    strategy.unlearn(0)
+    strategy.train(bm.train_stream[0])
+    assert [(r["kind"], r["task"]) for r in log.results] == [
+        ("learn", 0), ("unlearn", 0), ("learn", 0)]
+    values = strategy.evaluator.get_all_metrics()
+    assert values["UnlearningMetrics/accuracy/task0"][0] == [0, 1, 2]
+    assert values["UnlearningMetrics/accuracy/task0"][1] == [r["accuracy"][0]
+                                                             for r in log.results]
+    assert values["UnlearningMetrics/A_u"][0] == [1]      # defined after U0, not after L0 again

@@ -11,6 +11,7 @@ import torch
 from helpers import FAST_CONFIG, seq
 
 from pall_avalanche.checkpoint import (
+    CHECKPOINT_FORMAT,
     Stateful,
     capture_rng_state,
     decode_state,
@@ -148,7 +149,7 @@ def test_stateful_restores_in_place_and_checks_keys():
 
 def test_rng_state_round_trip(tmp_path):
     state = capture_rng_state()
-    save_checkpoint(tmp_path / "rng.ckpt", {"format": 1, "rng": state})
+    save_checkpoint(tmp_path / "rng.ckpt", {"format": CHECKPOINT_FORMAT, "rng": state})
     first = (random.random(), float(np.random.rand()), float(torch.rand(())))
     restore_rng_state(load_checkpoint(tmp_path / "rng.ckpt")["rng"])
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == first

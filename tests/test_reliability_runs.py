@@ -26,7 +26,7 @@ import torch
 from helpers import FAST_CONFIG, seq
 
 import pall_avalanche.runner as runner
-from pall_avalanche.checkpoint import load_checkpoint, save_checkpoint
+from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from pall_avalanche.records import (
     LOCK_STALE_SECONDS,
     RecordLock,
@@ -307,7 +307,7 @@ def test_leftovers_of_killed_runs_are_removed(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- corrupt files
 def _truncated_checkpoint(path: Path) -> bytes:
-    save_checkpoint(path, {"format": 1, "weights": torch.zeros(2000)})
+    save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "weights": torch.zeros(2000)})
     data = path.read_bytes()
     return data[:len(data) // 2]
 
@@ -417,7 +417,7 @@ def test_written_files_follow_the_umask(tmp_path, umask, mode):
         run(tmp_path / "out")
         write_report(tmp_path / "rep" / "table", preamble="# t\n",
                      numbers=pd.DataFrame({"a": [1]}), cells=pd.DataFrame({"a": ["1"]}))
-        save_checkpoint(tmp_path / "x.ckpt", {"format": 1})
+        save_checkpoint(tmp_path / "x.ckpt", {"format": CHECKPOINT_FORMAT})
     finally:
         os.umask(previous)
     files = [path_of(tmp_path / "out"), tmp_path / "x.ckpt",

@@ -11,7 +11,8 @@ After every request (learning or unlearning) it measures the request
 model size) and emits, as Avalanche metric values at x = the request's index:
 ``UnlearningMetrics/accuracy/task<t>`` for every task, ``UnlearningMetrics/A_l``, ``A_u``,
 ``F_l``, ``F_u``, ``F_u_max`` as they become defined (:func:`compute_metrics` over the requests
-so far, with the final denominators T−1 and N_u of the sequence seen so far),
+so far, with the final denominators T−1 and N_u of the sequence seen so far; none once the
+sequence leaves the paper's protocol, e.g. a task learned again after it was unlearned),
 ``UnlearningMetrics/request_seconds`` and ``UnlearningMetrics/model_size_mb``. Avalanche's
 loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evaluator's
 ``get_last_metrics()`` returns them. This is the one evaluation path: the runner's records are
@@ -33,7 +34,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.evaluation.measurement import RequestMeasurement
 from pall_avalanche.evaluation.metrics import compute_metrics
-from pall_avalanche.requests import Request, RequestSequence
+from pall_avalanche.requests import InvalidRequestSequence, Request, RequestSequence
 
 __all__ = ["UnlearningMetrics", "request_evaluator", "unlearning_metrics"]
 
@@ -97,13 +98,19 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
     def _finish(self, strategy, kind: str, task: int) -> list[MetricValue]:
         index = len(self.requests)
         result = self.measurement.finish(strategy, index, kind, task)
+        requests, rows = [*self.requests, (kind, task)], [*self.rows, list(result.accuracy)]
+        try:
+            sequence = RequestSequence([Request(k, t) for k, t in requests], self.n_tasks)
+            metrics = compute_metrics(rows, sequence)
+        except InvalidRequestSequence:
+            # outside the paper's protocol (a task learned again after it was unlearned): the
+            # paper's metrics are not defined, every task's accuracy still is
+            metrics = {}
         self.requests.append((kind, task))
-        self.rows.append(list(result.accuracy))
+        self.rows.append(rows[-1])
         strategy.request_measured(result)
         values = {f"{PREFIX}/accuracy/task{t}": a for t, a in enumerate(result.accuracy)}
-        sequence = RequestSequence([Request(k, t) for k, t in self.requests], self.n_tasks)
-        values.update({f"{PREFIX}/{name}": value
-                       for name, value in compute_metrics(self.rows, sequence).items()
+        values.update({f"{PREFIX}/{name}": value for name, value in metrics.items()
                        if value is not None})
         values[f"{PREFIX}/request_seconds"] = result.seconds
         values[f"{PREFIX}/model_size_mb"] = result.model_size_mb

@@ -20,13 +20,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from pall_avalanche.catalog import method_label
+from pall_avalanche.catalog import (
+    AUDIT_FOLDS,
+    AUDIT_REFERENCE_SEED_OFFSET,
+    AUDIT_REQUESTS,
+    method_label,
+)
 from pall_avalanche.cli import (
     Parser,
     add_run_arguments,
     config_from_args,
     main_guard,
     parse_methods,
+    program_name,
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR
@@ -81,36 +87,31 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
-    # torch and Avalanche only once the input is known to be good
-    from pall_avalanche.audit import (
-        AUDIT_REQUESTS,
-        N_FOLDS,
-        REFERENCE_SEED_OFFSET,
-        audit_rows,
-        oracle_sequence,
-        run_audit,
-    )
-
     if args.n_unlearn is not None:
         raise ValueError(f"--n-unlearn={args.n_unlearn} does not apply: the audit replays the "
                          f"fixed sequence {' '.join(AUDIT_REQUESTS)} or --requests FILE")
-    if len(seeds) < N_FOLDS:
-        warnings.warn(f"--seeds: {len(seeds)} seed(s) are too few for the audit's {N_FOLDS}-fold "
-                      "cross-validation and bootstrap intervals over seeds (the intervals "
+    if len(seeds) < AUDIT_FOLDS:
+        warnings.warn(f"--seeds: {len(seeds)} seed(s) are too few for the audit's {AUDIT_FOLDS}-"
+                      "fold cross-validation and bootstrap intervals over seeds (the intervals "
                       "degenerate; an AUC may even fall outside its own interval); use at least "
-                      f"{N_FOLDS} seeds (the committed report uses 8)", UserWarning, stacklevel=2)
+                      f"{AUDIT_FOLDS} seeds (the committed report uses 8)", UserWarning,
+                      stacklevel=2)
+    # torch and Avalanche only once the input is known to be good
+    from pall_avalanche.audit import audit_rows, oracle_sequence, run_audit
+
     if requests is None:
         requests = RequestSequence([Request("learn" if r[0] == "L" else "unlearn", int(r[1:]))
                                     for r in AUDIT_REQUESTS], config["n_tasks"])
     oracle, _ = oracle_sequence(requests)
     runs = run_audit(methods, seeds, config, args.out, requests=requests, **run_options(args))
     frame = pd.DataFrame(audit_rows(runs, methods))
-    command = "python benchmarks/audit.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = (program_name("python benchmarks/audit.py") + " "
+               + shlex.join(sys.argv[1:] if argv is None else argv))
     sequences = (f"Audited sequence R: {' '.join(map(str, requests))}; oracle R′: "
                  f"{' '.join(map(str, oracle))}")
     preamble = provenance(runs["unlearned"], title=f"Exactness audit — {config['benchmark']}",
                           command=command.strip(),
-                          notes=(sequences, *_notes(REFERENCE_SEED_OFFSET),
+                          notes=(sequences, *_notes(AUDIT_REFERENCE_SEED_OFFSET),
                                  f"Records: `{args.out}`"))
     print(write_report(args.report_dir / f"audit_{config['benchmark']}", preamble=preamble,
                        numbers=frame, cells=_cells(frame),

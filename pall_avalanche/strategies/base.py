@@ -132,7 +132,7 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                     f"task {task} is already learned (active tasks {self.active_tasks}); "
                     "unlearn it before learning it again"
                 )
-            self._statistics = {}
+            self._statistics, self._measured = {}, None
             super().train(exp, eval_streams, **kwargs)
             self._end_request()
         return self.evaluator.get_last_metrics()
@@ -165,7 +165,7 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                 f"{self.active_tasks})"
             )
         self.model.to(self.device)
-        self._statistics = {}
+        self._statistics, self._measured = {}, None
         trigger_plugins(self, "before_unlearning", task=task)
         self.active_tasks.remove(task)
         self._unlearn(task)

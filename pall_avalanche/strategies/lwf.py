@@ -127,9 +127,9 @@ class HeadWarmupTemplate(UnlearningTemplate):
     """A learning request in two phases (LwF, LSF; paper appendix): the first
     ``train_epochs // 2`` epochs train only the new task's head rows (every other parameter and
     head row frozen, weight decay on those rows only), the remaining epochs train every
-    parameter with a fresh optimizer. ``head_only`` tells plugins which phase runs. A request
-    with no earlier active task skips the warm-up (:attr:`warmup_epochs` is 0): all its epochs
-    train every parameter.
+    parameter with a fresh optimizer. :meth:`trains_head_only` tells plugins which phase runs.
+    A request with no earlier active task skips the warm-up (:attr:`warmup_epochs` is 0): all its
+    epochs train every parameter.
 
     Takes every keyword argument of :class:`UnlearningTemplate`; ``model`` must be a
     :class:`TaskIncrementalNet`.

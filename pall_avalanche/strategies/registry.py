@@ -48,9 +48,9 @@ class MethodSpec:
     strategy: type[UnlearningTemplate]
 
     def __getattr__(self, name: str) -> Any:    # name, exact, params, label, optional, config
-        if name == "info":                       # not set yet (copying, unpickling)
-            raise AttributeError(name)
-        return getattr(self.info, name)
+        if name != "info" and hasattr(self.info, name):  # "info" not set yet: copying
+            return getattr(self.info, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 METHODS: dict[str, MethodSpec] = {}
