@@ -1,4 +1,4 @@
-"""Table A8 of the paper: worst cases across seeds, A_l^min and F_u^max, for every method.
+"""Table A8 of the paper: the worst seed's A_l (A_l^min) and the mean F_u^max, every method.
 
 Installed as the command ``pall-table-worst-case`` (``--help`` lists the options);
 the code is ``pall_avalanche.paper.table_worst_case``.

@@ -19,6 +19,7 @@ runner can set it aside and start afresh (:mod:`pall_avalanche.runner`).
 
 from __future__ import annotations
 
+import io
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -215,12 +216,18 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------- files
 def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     """``torch.save`` ``state`` to ``path`` atomically (temporary file in the same folder,
-    fsync, rename): a kill leaves the previous checkpoint or the new one, never a mix.
+    fsync, rename): a kill or a failed write leaves the previous checkpoint or the new one,
+    never a mix. The bytes are serialised in memory first and written with a plain file
+    write, so a full disk raises the operating system's error, as
+    :class:`~pall_avalanche.records.WriteError` (``no space left on device writing <path>``),
+    not one of torch's zip writer.
 
     :param path: the checkpoint file.
     :param state: plain data (see :func:`encode_state`).
     """
-    write_atomic(path, lambda f: torch.save(dict(state), f), binary=True)
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    write_atomic(path, lambda f: f.write(buffer.getbuffer()), binary=True)
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device | None = None

@@ -1,11 +1,13 @@
-"""The plugin protocol of unlearning strategies and the result of one request, in a module of
-its own.
+"""The plugin protocol of unlearning strategies, the result of one request and the error of a
+diverged one, in a module of its own.
 
 :class:`UnlearningPlugin` is what plugins and subscribers derive from; :class:`RequestResult` is
 what every request (learning or unlearning) ends with: the template fires ``after_request`` with
 it once the request is over, and the record builder, the checkpoint writer, the W&B logger and
-the audit read it there. This module imports no strategy, so ``pall_avalanche.plugins`` and every
-other module import on their own (the strategies import this module, never the other way round).
+the audit read it there. A request whose loss or parameters stop being finite ends instead in
+:class:`DivergedError`, before ``after_request``. This module imports no strategy, so
+``pall_avalanche.plugins`` and every other module import on their own (the strategies import
+this module, never the other way round).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pall_avalanche.checkpoint import Stateful
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["REQUEST_KINDS", "RequestResult", "UnlearningPlugin"]
+__all__ = ["REQUEST_KINDS", "DivergedError", "RequestResult", "UnlearningPlugin"]
 
 REQUEST_KINDS = ("learn", "unlearn")
 
@@ -71,6 +73,30 @@ class RequestResult:
             out["epoch_seconds"] = list(self.epoch_seconds)
             out["seconds_per_epoch"] = self.seconds / max(len(self.epoch_seconds), 1)
         return out
+
+
+class DivergedError(RuntimeError):
+    """A request diverged: a training loss or a parameter is not finite (NaN or infinite).
+    ``str()`` is one line naming the request, the epoch and what is not finite.
+
+    :param index: the request's position in the sequence (0-based).
+    :param kind: ``"learn"`` or ``"unlearn"``.
+    :param task: the task learned or unlearned.
+    :param what: what is not finite (``"the training loss"``, ``"parameter 'net.0.weight' at
+        the end of the request"``).
+    :param epoch: the training epoch (1-based) whose loss was not finite; ``None`` when found
+        outside the epochs (the unlearning steps, the parameters at the end of the request).
+    """
+
+    def __init__(self, index: int, kind: str, task: int, what: str,
+                 epoch: int | None = None) -> None:
+        super().__init__(index, kind, task, what, epoch)
+        self.index, self.kind, self.task, self.what, self.epoch = index, kind, task, what, epoch
+
+    def __str__(self) -> str:
+        epoch = f" in epoch {self.epoch}" if self.epoch is not None else ""
+        return (f"request {self.index} ({self.kind} task {self.task}) diverged{epoch}: "
+                f"{self.what} is not finite (NaN or infinite)")
 
 
 class UnlearningPlugin(SupervisedPlugin, Stateful):

@@ -30,7 +30,7 @@ from pall_avalanche.cli import (
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config, parse_override
-from pall_avalanche.report import provenance, write_report
+from pall_avalanche.report import FAILED_MARK, learning_failed, provenance, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
@@ -190,7 +190,9 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
 
 def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
     """One line for the end of a script: how many records were run and reused, the best mean
-    A_l and where the exact methods' A_u sits against chance."""
+    A_l, where the exact methods' A_u sits against chance and how many records failed a
+    learning check (:func:`~pall_avalanche.report.learning_failed`; named only when some did).
+    """
     parts = [f"ran {stats.get('ran', 0)}, reused {stats.get('reused', 0)} records"]
     settings: dict[str, set] = {}
     for record in records:
@@ -214,12 +216,16 @@ def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
         values = [r["metrics"]["A_u"] for r in exact]
         parts.append(f"exact methods' A_u {sum(values) / len(values):.1f} % on average vs "
                      f"chance {chance:.1f} %")
+    failed = sum(learning_failed(r) for r in records)
+    if failed:
+        parts.append(f"{failed} of {len(records)} records left a task at chance right after "
+                     f"learning it ({FAILED_MARK} in the table; see learning_checks)")
     return "; ".join(parts)
 
 
 def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: str,
                   numbers: pd.DataFrame, cells: pd.DataFrame, notes: Sequence[str] = (),
-                  figures: Mapping[str, Callable[[str], None]] | None = None) -> str:
+                  figures: Mapping[str, Callable[[str], object]] | None = None) -> str:
     """Write ``<report-dir>/<name>_<benchmark>.{md,csv,tex}`` (and each figure as
     ``<stem><suffix>.png`` via ``figures[suffix](path)``) with the provenance preamble;
     print and return the Markdown.

@@ -267,10 +267,11 @@ class EpisodicMemory(UnlearningPlugin):
     """An episodic memory B^t per task: which samples, stored how, and its state.
 
     After learning task t, ``buffer_size // n_tasks`` class-balanced samples of D^t, chosen by
-    ``selection`` (uniformly random by default), are stored un-augmented, with
-    (``store_logits``) their logits z = f(x) computed on exactly those inputs in eval mode with
-    t's head (and, for PALL, t's mask). What is trained from it is
-    :class:`ReplayObjective`'s job.
+    ``selection`` (uniformly random by default), are stored as one draw of the training
+    augmentation each, with (``store_logits``) their logits z computed in eval mode with t's
+    head (and, for PALL, t's mask) on another, independent draw of it, as the paper's reference
+    does (docs/fidelity.md, "PALL": buffer). Without augmentation both are the sample itself.
+    What is trained from it is :class:`ReplayObjective`'s job.
 
     :param buffer_size: total capacity, split a priori over ``n_tasks``.
     :param n_tasks: the number of tasks T.
@@ -318,9 +319,15 @@ class EpisodicMemory(UnlearningPlugin):
                 strategy.model, every, task, batch))
         index = select_exemplars(targets, self.per_task, self.selection, logits=logits,
                                  features=features)
-        x = torch.stack([data[int(i)][0] for i in index]).to(strategy.device)
+        augmented = strategy.experience.dataset.train()
+
+        def draw() -> torch.Tensor:     # one augmentation of each chosen sample
+            return torch.stack([augmented[int(i)][0] for i in index]).to(strategy.device)
+
+        x = draw()
         y = targets[index].to(strategy.device)
-        z = logits_and_features(strategy.model, x, task, batch)[0] if self.store_logits else None
+        z = logits_and_features(strategy.model, draw(), task, batch)[0] \
+            if self.store_logits else None
         self.buffers[task] = (x, y, z)
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:

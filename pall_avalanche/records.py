@@ -7,7 +7,9 @@ r × T matrix, percent), ``metrics``, ``timings``, ``model_size_mb``, ``config``
 file is written to a temporary name in the same folder (``.<name>.<random>.tmp``) and
 renamed. Every file written through :func:`write_atomic` (records, checkpoints, reports)
 gets the mode a plain ``open()`` would give, ``0o666 & ~umask`` (not ``mkstemp``'s 0600),
-so merged results folders stay readable by others.
+so merged results folders stay readable by others. A write that fails (a full disk, no
+permission) leaves the previous file as it was and raises :class:`WriteError`, one line
+saying what happened and where (``no space left on device writing <path>``).
 
 Files that are there but unusable (invalid JSON, a record without its required keys) raise
 :class:`CorruptFileError` from :func:`load_record`; callers warn with :class:`RunWarning`
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["LOCK_STALE_SECONDS", "CorruptFileError", "LockLostError", "RecordLock", "RunWarning",
-           "acquire_lock", "file_mode", "load_record", "read_record", "set_aside",
+           "WriteError", "acquire_lock", "file_mode", "load_record", "read_record", "set_aside",
            "write_atomic", "write_json_atomic", "write_text_atomic"]
 
 #: A lock not refreshed for this long is stale whoever holds it (seconds; 6 hours).
@@ -78,6 +80,35 @@ class CorruptFileError(ValueError):
         return f"{self.path}: {self.reason}"
 
 
+class WriteError(OSError):
+    """A file could not be written. ``str()`` is one line, ``<what happened> writing <path>``
+    (``no space left on device writing results/.../seed0.ckpt``); ``errno`` is the operating
+    system's (``errno.ENOSPC`` for a full disk).
+
+    :param path: the file.
+    :param errno: the operating system's error number (``None`` if it gave none).
+    :param reason: what happened, in lower case (``"no space left on device"``).
+    """
+
+    def __init__(self, path: str | Path, errno: int | None, reason: str) -> None:
+        super().__init__(errno, reason)
+        self.path = Path(path)
+
+    @classmethod
+    def of(cls, path: str | Path, err: OSError) -> WriteError:
+        """The error of writing ``path`` that failed with ``err`` (itself if it is one)."""
+        if isinstance(err, WriteError):
+            return err
+        reason = err.strerror or str(err)
+        return cls(path, err.errno, reason[:1].lower() + reason[1:])
+
+    def __str__(self) -> str:
+        return f"{self.strerror} writing {self.path}"
+
+    def __reduce__(self) -> tuple:     # rebuilt from its own arguments in another process
+        return type(self), (str(self.path), self.errno, self.strerror)
+
+
 def file_mode() -> int:
     """The mode of a new file under the current umask, ``0o666 & ~umask``. The umask is read
     from ``/proc/self/status`` where there is one (no change, safe with threads), else by
@@ -101,19 +132,25 @@ def write_atomic(path: str | Path, write: Callable[[IO], Any], *, binary: bool =
     :param path: the file.
     :param write: writes the content to the open file it receives.
     :param binary: open the temporary file in binary mode.
+    :raises WriteError: the folder, the temporary file or its content could not be written
+        (``path`` is left as it was).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.chmod(tmp, file_mode())
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteError.of(path, err) from err
         raise
 
 
@@ -292,6 +329,7 @@ def acquire_lock(path: str | Path, *, stale_seconds: float = LOCK_STALE_SECONDS
 
     :param path: the lock file (``seed<k>.lock``).
     :param stale_seconds: the age from which any lock is stale.
+    :raises WriteError: its content could not be written (the file is removed again).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,10 +341,14 @@ def acquire_lock(path: str | Path, *, stale_seconds: float = LOCK_STALE_SECONDS
             if _break_if_stale(path, stale_seconds):
                 continue
             return None
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname(),
-                       "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "token": token}, f)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                           "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           "token": token}, f)
+        except OSError as err:  # a full disk: no empty lock left behind
+            path.unlink(missing_ok=True)
+            raise WriteError.of(path, err) from err
         return RecordLock(path, token)
     return None
 

@@ -9,7 +9,13 @@
   :func:`to_latex` render it, :func:`write_report` writes ``.csv`` + ``.md`` + ``.tex``
   atomically with a provenance preamble from :func:`provenance`.
 - Figures: :func:`plot_accuracy_heatmaps`, :func:`plot_metrics_vs`,
-  :func:`plot_timing_vs_tasks`.
+  :func:`plot_timing_vs_tasks`, :func:`plot_table1`; each writes a PNG and returns its
+  (closed) matplotlib Figure, whose artists hold what was drawn.
+- Failed learning is never averaged silently: a row with records whose learning check failed
+  (:func:`learning_failed`: a task left at chance right after it was learned) counts them in
+  ``learning_failed`` (a CSV column), carries ``†k/n`` in its A_l cell (or its label when the
+  table shows no A_l) with a legend line saying what it means, and its figure points are
+  ringed in red with ``†k/n`` in their legend label.
 
 ``python -m pall_avalanche.report RESULTS_DIR [RESULTS_DIR ...] --out reports/NAME`` reports
 every record found under results folders; with ``--table1``, as the paper's Table 1 with the
@@ -27,7 +33,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -45,13 +51,19 @@ from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
 from pall_avalanche.records import read_record, write_atomic, write_text_atomic
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = [
     "COLUMNS",
+    "FAILED_MARK",
     "chance_by_benchmark",
     "epochs_per_task",
+    "failed_mark",
     "format_mean_std",
     "format_table",
     "label_rows",
+    "learning_failed",
     "load_records",
     "main",
     "model_size_symbol",
@@ -77,6 +89,8 @@ COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓
 #: Per-unlearning-request statistics a strategy may store (PALL: Table A2).
 STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change")
 _TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")
+#: The mark of a row with records whose learning check failed: ``†k/n`` (:func:`failed_mark`).
+FAILED_MARK = "†"
 #: Heatmaps per row of :func:`plot_accuracy_heatmaps`' grid.
 HEATMAP_COLUMNS = 6
 #: The order of Table 1's rows: its methods, the ablations, then any other registered method.
@@ -89,6 +103,18 @@ def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
 
 
+def learning_failed(record: Mapping) -> bool:
+    """Whether a learning request of ``record`` left its task at chance (a ``failed`` entry of
+    its ``learning_checks``)."""
+    return any(check.get("failed") for check in record.get("learning_checks") or ())
+
+
+def failed_mark(failed: int, n: int) -> str:
+    """``"†k/n"``: ``failed`` of the ``n`` records of a row failed a learning check; ``""``
+    when none did."""
+    return f"{FAILED_MARK}{int(failed)}/{int(n)}" if failed else ""
+
+
 def _key(record: Mapping, name: str) -> Any:
     """A record's field, else its configuration's key (``n_unlearn``, ``alpha`` ...)."""
     return record[name] if name in record else record["config"].get(name)
@@ -98,8 +124,9 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
                   extra: Mapping[str, Callable[[dict], float | None]] | None = None
                   ) -> pd.DataFrame:
     """One row per group of records (``by``: record fields or configuration keys), in order
-    of first appearance: ``label``, ``exact``, ``seeds``, ``<metric>_mean/_std`` of every
-    metric, ``A_l_min`` and ``F_u_max_max`` (worst cases across seeds), ``<stat>_mean/_std``
+    of first appearance: ``label``, ``exact``, ``seeds``, ``learning_failed`` (the
+    records failing a learning check: :func:`learning_failed`), ``<metric>_mean/_std`` of every
+    metric, ``A_l_min`` (the worst seed's A_l), ``<stat>_mean/_std``
     of the strategy's per-request unlearning statistics (pooled over requests and seeds),
     ``<timing>_mean/_std`` and the largest inference ``model_size_mb``.
 
@@ -117,6 +144,7 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
         row["label"] = method_label(runs[0]["method"])
         row["exact"] = bool(runs[0].get("exact", False))
         row["seeds"] = len(runs)
+        row["learning_failed"] = sum(learning_failed(r) for r in runs)
         summary = summarize_metrics(r["metrics"] for r in runs)
         del summary["n_runs"]
         row.update(summary)
@@ -146,8 +174,9 @@ def _varying_keys(configs: Sequence[Mapping]) -> list[str]:
 def table1_frame(records: Iterable[dict], methods: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per benchmark and method, PALL's once per α (``alpha``, empty for the other
     methods): ``row`` (the printed label, PALL's with its α), mean and std over seeds of every
-    metric, the worst cases (A_l^min, max F_u^max), the model size (MB, at |Ω| = T) and the
-    number of seeds. Rows follow ``methods`` (default :data:`TABLE1_ORDER`; other methods are
+    metric, the worst seed's A_l (A_l^min), the model size (MB, at |Ω| = T) and the
+    number of seeds and of records that failed a learning check (``learning_failed``). Rows
+    follow ``methods`` (default :data:`TABLE1_ORDER`; other methods are
     left out), PALL's by α.
 
     :raises ValueError: when one row's records come from different configurations (seeds
@@ -175,8 +204,7 @@ def table1_frame(records: Iterable[dict], methods: Sequence[str] | None = None) 
                                                                      kind="stable")
     columns = ["method", "benchmark", "alpha", "row", "exact", "seeds",
                *[c for n in METRIC_NAMES for c in (f"{n}_mean", f"{n}_std")
-                 + (("A_l_min",) if n == "A_l" else ())
-                 + (("F_u_max_max",) if n == "F_u_max" else ())], "model_size_mb"]
+                 + (("A_l_min",) if n == "A_l" else ())], "model_size_mb", "learning_failed"]
     return label_rows(frame, "alpha", "α")[columns].reset_index(drop=True)
 
 
@@ -212,6 +240,9 @@ def format_table(frame: pd.DataFrame, values: Mapping[str, str], *,
         ``Method``).
     :param digits: decimals.
     :param exact_a_u: print exact methods' A_u as ``*Exact* (x)``.
+
+    A row whose ``learning_failed`` is positive gets ``†k/n`` (:func:`failed_mark`, k of its
+    ``seeds`` records) after its A_l cell, or after its first label when ``values`` has no A_l.
     """
     index = dict(index or {"label": "Method"})
     out = pd.DataFrame({header: frame[column].astype(str) for column, header in index.items()})
@@ -234,6 +265,11 @@ def format_table(frame: pd.DataFrame, values: Mapping[str, str], *,
                     cell = format_mean_std(float(value), None, digits)
             cells.append(cell)
         out[header] = cells
+    marks = [failed_mark(int(_or_zero(row.get("learning_failed"))), int(_or_zero(row.get("seeds"))))
+             for row in frame.to_dict("records")]
+    marked = values["A_l"] if "A_l" in values else next(iter(index.values()))
+    out[marked] = [f"{cell} {mark}" if mark else cell
+                   for cell, mark in zip(out[marked], marks, strict=True)]
     return out
 
 
@@ -263,7 +299,8 @@ def to_markdown(cells: pd.DataFrame) -> str:
 
 _LATEX = {"↑": r"$\uparrow$", "↓": r"$\downarrow$", "±": r"$\pm$", "—": "--", "_": r"\_",
           "%": r"\%", "&": r"\&", "#": r"\#", "^": r"\^{}", "α": r"$\alpha$", "β": r"$\beta$",
-          "θ̄": r"$\bar{\theta}$", "|": r"$|$", "✓": r"\cmark", "✗": r"\xmark"}
+          "θ̄": r"$\bar{\theta}$", "|": r"$|$", "✓": r"\cmark", "✗": r"\xmark",
+          FAILED_MARK: r"\dag{}"}
 
 
 #: Whole cells with a LaTeX form of their own (Table 1's symbolic model sizes).
@@ -309,19 +346,27 @@ LEGEND = {
                "request",
     "A_l^min": "A_l^min: the worst A_l over seeds",
 }
+#: The legend line of :data:`FAILED_MARK`.
+FAILED_LEGEND = (f"{FAILED_MARK}k/n: k of the n records of this row left a task at chance right "
+                 "after learning it (see the records' learning_checks); the row's numbers "
+                 "include them")
 
 
 def legend(cells: pd.DataFrame) -> str:
     """The legend of the metric symbols among ``cells``' headers (one Markdown line each),
-    plus how cells read; empty when the table shows no metric."""
+    plus how cells read, plus :data:`FAILED_LEGEND` when a cell carries :data:`FAILED_MARK`;
+    empty when the table shows neither."""
     headers = " ".join(map(str, cells.columns))
     # a symbol counts where it is not the start of a longer one (A_l in A_l^min)
     found = [name for name in LEGEND if re.search(re.escape(name) + r"(?![\w^])", headers)]
-    if not found:
-        return ""
     lines = [LEGEND[name] for name in found]
-    lines.append("Cells: mean ± standard deviation over seeds; — undefined (e.g. A_u without "
-                 "an unlearning request)")
+    if found:
+        lines.append("Cells: mean ± standard deviation over seeds; — undefined (e.g. A_u "
+                     "without an unlearning request)")
+    if any(FAILED_MARK in str(cell) for cell in cells.to_numpy().ravel()):
+        lines.append(FAILED_LEGEND)
+    if not lines:
+        return ""
     return "\n" + "".join(f"- {line}\n" for line in lines)
 
 
@@ -482,7 +527,8 @@ def _pyplot():
     return plt
 
 
-def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str = "") -> None:
+def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str = ""
+                           ) -> Figure:
     """One heatmap per record (request × task accuracy, requests labelled L3/U1), every
     record in a grid of at most :data:`HEATMAP_COLUMNS` per row; written atomically as PNG."""
     plt = _pyplot()
@@ -507,14 +553,15 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
     fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="accuracy (%)")
     if title:
         fig.suptitle(title, fontsize=9)
-    _save(fig, path)
+    return _save(fig, path)
 
 
 def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: str | Path,
-                    *, xlabel: str | None = None, title: str = "") -> None:
+                    *, xlabel: str | None = None, title: str = "") -> Figure:
     """One panel per metric: mean ± std of ``metric`` against column ``x``, one line per
     method (or ``row``, see :func:`label_rows`; exact methods solid, others dashed, as in
-    the paper's Fig. 3)."""
+    the paper's Fig. 3); points of rows with records whose learning check failed ringed in
+    red, ``†k/n`` (over the line's rows) after the line's label."""
     plt = _pyplot()
     line_key = "row" if "row" in frame else "method"
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
@@ -523,9 +570,14 @@ def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: s
             part = part.sort_values(x)
             mean = part[f"{metric}_mean"].astype(float)
             std = part[f"{metric}_std"].astype(float).fillna(0.0)
+            failed = part["learning_failed"] > 0
+            mark = failed_mark(part["learning_failed"].sum(), part["seeds"].sum())
             ax.errorbar(part[x], mean, yerr=std, marker="o", capsize=3,
                         linestyle="-" if bool(part["exact"].iloc[0]) else "--",
-                        label=part[line_key if line_key == "row" else "label"].iloc[0])
+                        label=f"{part[line_key if line_key == 'row' else 'label'].iloc[0]} "
+                              f"{mark}".strip())
+            if failed.any():
+                _ring(ax, part[x][failed], mean[failed])
         values = sorted(frame[x].dropna().unique())
         if all(float(v).is_integer() for v in values):     # N_u, T: integer ticks only
             ax.set_xticks(values, [str(int(v)) for v in values])
@@ -536,19 +588,26 @@ def plot_metrics_vs(frame: pd.DataFrame, x: str, metrics: Sequence[str], path: s
     axes[0][0].legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
-    _save(fig, path)
+    return _save(fig, path)
+
+
+def _ring(ax, x, y) -> None:
+    """Ring points in red: rows with records whose learning check failed."""
+    ax.plot(x, y, linestyle="none", marker="o", markersize=15, mfc="none", mec="red",
+            mew=1.5, gid=FAILED_MARK)
 
 
 def table1_points(frame: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
     """What the Table 1 figure draws, per benchmark of a :func:`table1_frame`: one point per
-    row with an unlearning request (``row``, ``exact``, mean and std of A_l and A_u), in the
-    table's order."""
+    row with an unlearning request (``row``, ``exact``, ``failed``: its :func:`failed_mark`,
+    mean and std of A_l and A_u), in the table's order."""
     points: dict[str, list[dict[str, Any]]] = {}
     for _, r in frame.iterrows():
         if pd.isna(r["A_u_mean"]):
             continue
         points.setdefault(r["benchmark"], []).append({
             "row": r["row"], "exact": bool(r["exact"]),
+            "failed": failed_mark(int(r["learning_failed"]), int(r["seeds"])),
             "A_l": float(r["A_l_mean"]), "A_l_std": _or_zero(r["A_l_std"]),
             "A_u": float(r["A_u_mean"]), "A_u_std": _or_zero(r["A_u_std"])})
     return points
@@ -564,10 +623,11 @@ def chance_by_benchmark(records: Iterable[dict]) -> dict[str, float]:
 
 
 def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Path,
-                title: str = "") -> None:
+                title: str = "") -> Figure:
     """Table 1 as a figure, one panel per benchmark: A_l (x, higher is better) against A_u
     (y, chance is ideal) per row, mean ± std over seeds; exact methods drawn as filled stars,
-    the others as open circles; a dashed line at chance. Written atomically as PNG.
+    the others as open circles; a dashed line at chance; a row with records whose learning
+    check failed ringed in red, ``†k/n`` after its label. Written atomically as PNG.
 
     :param frame: a :func:`table1_frame`.
     :param chance: benchmark → chance accuracy (percent: 100 / classes per task).
@@ -584,7 +644,10 @@ def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Pa
             ax.errorbar(point["A_l"], point["A_u"], xerr=point["A_l_std"],
                         yerr=point["A_u_std"], fmt="*" if exact else "o", color=colour,
                         markersize=12 if exact else 7, capsize=2, elinewidth=0.8,
-                        mfc=colour if exact else "none", label=point["row"])
+                        mfc=colour if exact else "none",
+                        label=f"{point['row']} {point['failed']}".strip())
+            if point["failed"]:
+                _ring(ax, [point["A_l"]], [point["A_u"]])
         ax.axhline(chance[benchmark], color="grey", linestyle="--", linewidth=1,
                    label=f"chance ({chance[benchmark]:.0f} %)")
         ax.set_xlabel("A_l (%), higher is better")
@@ -594,10 +657,11 @@ def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Pa
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title, fontsize=9)
-    _save(fig, path)
+    return _save(fig, path)
 
 
-def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str = "") -> None:
+def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str = ""
+                         ) -> Figure:
     """Seconds per learning epoch against the number of tasks learned so far (mean over the
     records of each method)."""
     plt = _pyplot()
@@ -618,14 +682,17 @@ def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str =
     ax.legend(fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
-    _save(fig, path)
+    return _save(fig, path)
 
 
-def _save(fig, path: str | Path) -> None:
+def _save(fig: Figure, path: str | Path) -> Figure:
+    """Write ``fig`` atomically as PNG to ``path`` and close it; return it (closed, its
+    artists and their data intact: what was drawn)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     _pyplot().close(fig)
     write_atomic(path, lambda f: f.write(buffer.getvalue()), binary=True)
+    return fig
 
 
 # ------------------------------------------------------------------------------------ CLI

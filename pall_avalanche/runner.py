@@ -40,9 +40,18 @@ system) split the work instead of each computing everything:
   :class:`~pall_avalanche.records.RunWarning` line naming the file; the file is renamed to
   ``<name>.corrupt`` (or ``.corrupt.N``) and the record is computed afresh. Warnings raised in
   worker processes are re-issued by the parent.
-* Write failures. If writing a finished record fails (``OSError``: disk full, permissions),
-  the record is written to ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/
-  seed<k>.json`` and the error names both files; the checkpoint stays, so a rerun resumes.
+* Write failures. Every file is written atomically
+  (:func:`~pall_avalanche.records.write_atomic`): a failed write (disk full, permissions)
+  leaves the previous file, and the run fails with one line saying what happened and where
+  (:class:`~pall_avalanche.records.WriteError`: ``no space left on device writing <path>``).
+  A checkpoint that cannot be written ends the run with the previous checkpoint kept. If
+  writing a finished record fails, the record is written to
+  ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/seed<k>.json`` and the error
+  names both files; the checkpoint stays, so a rerun resumes.
+* Diverged runs. A request whose training loss or parameters are not finite raises
+  :class:`~pall_avalanche.core.DivergedError` before its checkpoint is saved: no record is
+  written, the checkpoint of the last finished request stays (a rerun resumes from it), and
+  the run fails with one line naming method, seed, request and epoch (with ``jobs > 1`` too).
 * Workers die with their parent. Each worker process exits as soon as the process that
   started it is gone (a watcher thread; on Linux also ``PR_SET_PDEATHSIG``), so a killed run
   leaves no worker computing its queue or waiting forever.
@@ -83,7 +92,7 @@ from pall_avalanche.checkpoint import (
     save_checkpoint,
 )
 from pall_avalanche.config import check_run_config, config_hash, resolve_method_config
-from pall_avalanche.core import RequestResult, UnlearningPlugin
+from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import (
     RequestLog,
@@ -530,8 +539,8 @@ def _unsaved(path: Path, record: dict, err: OSError) -> OSError:
         kept = (f"the record was kept in {fallback}: copy it to {path} once that folder is "
                 "writable")
     except OSError as again:
-        kept = f"keeping it in {fallback} failed too ({type(again).__name__}: {again})"
-    return OSError(f"could not write the record {path} ({type(err).__name__}: {err}); {kept}")
+        kept = f"keeping it failed too: {again}"
+    return OSError(f"could not write the record: {err}; {kept}")
 
 
 def worker_device(device: str | torch.device, ordinal: int, n_visible: int) -> str:
@@ -866,6 +875,8 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     try:
                         done[pair] = _run_and_write(*arguments(pair, show_progress),
                                                     heartbeat=lock.refresh)
+                    except DivergedError as err:
+                        raise _failed(*pair, err) from err
                     finally:
                         held.pop(pair).release()
                     bar.update(pair)

@@ -4,6 +4,7 @@ the official CIFAR-10 layout."""
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 from pathlib import Path
 
@@ -68,6 +69,40 @@ def predictions(model: torch.nn.Module, bm, task: int) -> torch.Tensor:
     x = torch.stack([data[i][0] for i in range(len(data))])
     out = model(x, task)
     model.train()
+    return out
+
+
+def spy_before(owner, name: str, strategy) -> dict:
+    """Wrap ``owner.<name>`` (a plugin hook, ``_unlearn``) so that every call first records
+    the strategy's maskable weights (``"weights"``) and the CPU RNG state (``"rng"``) in the
+    returned dict, then runs the real step."""
+    seen: dict = {}
+    step = getattr(owner, name)
+
+    def recording(*args, **kwargs):
+        seen["weights"] = {n: w.detach().clone() for n, w in strategy.model.named_weights()}
+        seen["rng"] = torch.get_rng_state()
+        return step(*args, **kwargs)
+
+    setattr(owner, name, recording)
+    return seen
+
+
+def seeded_redraw(rng_state: torch.Tensor, current: dict[str, torch.Tensor], entries
+                  ) -> dict[str, torch.Tensor]:
+    """``current`` with the entries of the MaskSet ``entries`` replaced by values drawn, from
+    the CPU RNG state ``rng_state``, from the paper's initialisation: Kaiming-uniform with
+    a=√5, i.e. U(±1/√fan_in), fan_in of the layer's weight (a bias takes its weight's); one
+    draw of the whole tensor for every tensor with an entry to re-draw, in ``entries``' order.
+    Every other entry is ``current``'s."""
+    generator = torch.Generator().set_state(rng_state)
+    out = dict(current)
+    for name, mask in entries.bools().items():
+        if mask.any():
+            fan_in = current[name.rsplit(".", 1)[0] + ".weight"][0].numel()
+            bound = 1.0 / math.sqrt(fan_in)
+            draw = torch.empty(mask.shape).uniform_(-bound, bound, generator=generator)
+            out[name] = torch.where(mask, draw, current[name])
     return out
 
 

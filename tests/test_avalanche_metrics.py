@@ -8,15 +8,16 @@ import io
 
 import pytest
 import torch
-from avalanche.evaluation.metrics import accuracy_metrics
+from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 from avalanche.logging import TextLogger
 from avalanche.training.plugins import EvaluationPlugin, LRSchedulerPlugin
+from helpers import seq
 
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import RequestLog, compute_metrics, unlearning_metrics
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import generate_requests
-from pall_avalanche.strategies import PALL
+from pall_avalanche.strategies import PALL, DERpp
 from pall_avalanche.streams import RequestStream
 
 
@@ -82,3 +83,35 @@ def test_a_task_learned_again_after_unlearning_is_measured_without_the_papers_me
     assert values["UnlearningMetrics/accuracy/task0"][1] == [r["accuracy"][0]
                                                              for r in log.results]
     assert values["UnlearningMetrics/A_u"][0] == [1]      # defined after U0, not after L0 again
+
+
+@pytest.mark.parametrize("method", [PALL, DERpp])
+def test_evaluating_never_changes_training(method):
+    # the same requests twice: with no metric at all, and with the paper's metrics, Avalanche's
+    # accuracy and loss metrics, a logger, periodic evaluation and an eval() after every
+    # request; every parameter must be bit-identical after every request
+    def run(watched: bool) -> list[list[torch.Tensor]]:
+        torch.manual_seed(0)
+        bm = build_benchmark("digits", seed=0, train_per_task=60)
+        model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5,
+                            classes_per_task=2)
+        metrics = [accuracy_metrics(minibatch=True, epoch=True, experience=True, stream=True),
+                   loss_metrics(epoch=True, experience=True),
+                   *unlearning_metrics(bm.test_stream, eval_mb_size=64)] if watched else []
+        evaluator = EvaluationPlugin(*metrics, loggers=[TextLogger(io.StringIO())]
+                                     if watched else [])
+        strategy = method(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                          buffer_size=50, n_retrain_iters=3, train_mb_size=32, train_epochs=2,
+                          eval_mb_size=64, evaluator=evaluator, eval_every=1 if watched else -1,
+                          **({"alpha": 0.2} if method is PALL else {}))
+        states = []
+        for exp in RequestStream(bm, seq("L0 L1 U0 L2")):
+            strategy.train(exp, eval_streams=[bm.test_stream] if watched else [])
+            if watched:
+                strategy.eval(bm.test_stream)
+            states.append([p.detach().clone() for p in strategy.model.parameters()])
+        return states
+
+    plain, watched = run(False), run(True)
+    for request, (a, b) in enumerate(zip(plain, watched, strict=True)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), request

@@ -5,16 +5,20 @@ mini-batches. Real training on digits throughout."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from avalanche.models import MultiTaskModule
-from helpers import make_strategy, seq, snapshot
+from helpers import FAST_CONFIG, make_strategy, seq, snapshot
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.plugins import class_stratified_indices
-from pall_avalanche.strategies import UnlearningPlugin
+from pall_avalanche.strategies import UnlearningPlugin, build_strategy
 from pall_avalanche.streams import RequestStream
 
 
@@ -132,14 +136,14 @@ def test_lwf_distillation_is_the_mean_over_three_active_tasks():
 
 # ------------------------------------------------------------------------- LSF
 class LossProbe(UnlearningPlugin):
-    """Saves the RNG state after each forward pass and the loss the plugins see first."""
+    """Saves the RNG state before each forward pass and the loss the plugins see last."""
 
     def __init__(self):
         super().__init__()
         self.seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = []
         self._rng = None
 
-    def after_forward(self, strategy, **kwargs):
+    def before_forward(self, strategy, **kwargs):
         self._rng = torch.get_rng_state()
 
     def before_backward(self, strategy, **kwargs):
@@ -147,28 +151,63 @@ class LossProbe(UnlearningPlugin):
                           float(strategy.loss.detach())))
 
 
-def test_lsf_data_term_is_one_mean_over_clean_and_mixed():
-    strategy, bm, _ = make_strategy("lsf", epochs=1)
+def batchnorm_net() -> TaskIncrementalNet:
+    """A digits CNN with BatchNorm on batch statistics, as the project's ResNets: a
+    forward's output depends on what else is in its batch."""
+    backbone = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(4, affine=False, track_running_stats=False),
+                             nn.ReLU(), nn.Flatten())
+    return TaskIncrementalNet(backbone, 4 * 8 * 8, n_tasks=5, classes_per_task=2)
+
+
+def batchnorm_lsf(epochs: int):
+    torch.manual_seed(0)
+    bm = build_benchmark("digits", seed=0, train_per_task=FAST_CONFIG["train_per_task"])
+    net = batchnorm_net()
+    strategy = build_strategy("lsf", model=net, config={**FAST_CONFIG, "epochs": epochs})
+    return strategy, bm
+
+
+def test_lsf_data_term_is_one_forward_over_clean_and_mixed_on_batchnorm():
+    strategy, bm = batchnorm_lsf(epochs=1)
     probe = LossProbe()
     strategy.plugins.append(probe)
-    before = snapshot(strategy.model)
-    exp = bm.train_stream[0]                 # first request: no EWC, LwF or old-code term
-    # replay the first iteration by hand from the model before training
-    model = make_strategy("lsf", epochs=1)[0].model
-    model.load_state_dict(before)
-    strategy.train(exp)
+    model = copy.deepcopy(strategy.model)        # the model before the first step
+    strategy.train(bm.train_stream[0])           # first request: no EWC, LwF or old-code term
     x, y, rng, loss = probe.seen[0]
-    code = strategy.codes[0]
     state = torch.get_rng_state()
     torch.set_rng_state(rng)
     lam = torch.rand(len(x), 1, 1, 1)
     torch.set_rng_state(state)
-    mixed = lam * x + (1 - lam) * code[y]
+    mixed = lam * x + (1 - lam) * strategy.codes[0][y]
     with torch.no_grad():
-        expected = F.cross_entropy(torch.cat([model(x, 0), model(mixed, 0)]), torch.cat([y, y]))
-        summed = F.cross_entropy(model(x, 0), y) + F.cross_entropy(model(mixed, 0), y)
-    assert loss == pytest.approx(float(expected), rel=1e-5)
-    assert abs(loss - float(summed)) > 0.1
+        concatenated = F.cross_entropy(model(torch.cat([x, mixed]), 0), torch.cat([y, y]))
+        separate = F.cross_entropy(torch.cat([model(x, 0), model(mixed, 0)]),
+                                   torch.cat([y, y]))
+    assert loss == pytest.approx(float(concatenated), rel=1e-5)
+    assert abs(float(concatenated) - float(separate)) > 1e-3   # BatchNorm sees the difference
+
+
+def test_lsf_warmup_trains_on_clean_samples_and_codes_go_through_a_forward_per_task():
+    strategy, bm = batchnorm_lsf(epochs=2)
+    stream = RequestStream(bm, seq("L0 L1"))
+    strategy.train(stream[0])
+    probe = LossProbe()
+    strategy.plugins.append(probe)
+    model = copy.deepcopy(strategy.model)
+    strategy.train(stream[1])                    # an earlier task is active: warm-up first
+    x, y, _, loss = probe.seen[0]
+    with torch.no_grad():
+        assert loss == pytest.approx(float(F.cross_entropy(model(x, 1), y)), rel=1e-5)
+        codes = strategy.codes
+        labels = torch.arange(2)
+        per_task = (F.cross_entropy(strategy.model(codes[0], 0), labels)
+                    + F.cross_entropy(strategy.model(codes[1], 1), labels)) / 2
+        one_forward = F.cross_entropy(
+            strategy.model(torch.cat([codes[0], codes[1]]), torch.tensor([0, 0, 1, 1])),
+            torch.cat([labels, labels]))
+        assert float(strategy.code_loss([0, 1])) == pytest.approx(float(per_task), rel=1e-6)
+    assert abs(float(per_task) - float(one_forward)) > 1e-4
 
 
 # ------------------------------------------------------------------------- WSN

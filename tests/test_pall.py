@@ -2,7 +2,15 @@
 
 import pytest
 import torch
-from helpers import TINY_VIT, make_strategy, predictions, seq, snapshot
+from helpers import (
+    TINY_VIT,
+    make_strategy,
+    predictions,
+    seeded_redraw,
+    seq,
+    snapshot,
+    spy_before,
+)
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import MaskSet
@@ -48,11 +56,15 @@ def test_learning_never_moves_entries_of_learned_tasks(model, amp):
 
 def test_learning_redraws_everything_outside_the_masks():
     strategy, bm, _ = pall()
-    before = weights(strategy)
+    seen = spy_before(strategy.resetting, "after_training_exp", strategy)
     strategy.train(bm.train_stream[0])
     mask = strategy.model.masks[0]
-    moved = changed(before, weights(strategy))
-    assert moved == MaskSet.union([mask, mask.complement()], mask.shapes)  # all entries new
+    after = weights(strategy)
+    # outside m_0 exactly the seeded re-draw from φ; inside it the trained values, bit for bit
+    expected = seeded_redraw(seen["rng"], seen["weights"], mask.complement())
+    for name, value in after.items():
+        assert torch.equal(value, expected[name]), name
+    assert changed(seen["weights"], after) == mask.complement()
     # the stored mask keeps a fraction alpha of every scored tensor, and task 0's head rows
     for name, m in mask.bools().items():
         if name == "head.weight":
@@ -82,10 +94,15 @@ def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(m
         original_retrain(entries, tasks)
 
     strategy.retrain = recording_retrain
+    start = spy_before(strategy, "_unlearn", strategy)
     before = weights(strategy)
     strategy.train(stream[3])
     after = weights(strategy)
     assert changed(before, after) == forget            # every entry of m̄_0 moved, no other
+    # before retraining: m̄_0 is exactly the seeded re-draw from φ, the rest bit-identical
+    expected = seeded_redraw(start["rng"], start["weights"], forget)
+    for name, value in seen["redrawn"].items():
+        assert torch.equal(value, expected[name]), name
     assert seen["entries"] == theta_bar and seen["tasks"] == [1, 2]
     assert changed(seen["redrawn"], after) == theta_bar   # retraining moved exactly θ̄
     assert 0 not in strategy.memory.buffers and 0 not in net.masks
@@ -120,6 +137,25 @@ def test_second_unlearning_resets_own_entries_and_leaked_retrained_entries():
     assert (m2 & m1 & theta_bar_1).count() > 0, "the leak channel must be exercised"
     before = weights(strategy)
     strategy.train(stream[5])                          # unlearn 2
+    assert changed(before, weights(strategy)) == expected
+
+
+def test_with_no_retraining_the_redrawn_shared_entries_are_still_booked():
+    # N_f = 0 (Table A1's first row): θ̄ is re-drawn, not retrained, and booked as retrained
+    # with the remaining buffers all the same, as the paper's reference does
+    strategy, bm, _ = pall(n_retrain_iters=0)
+    stream = RequestStream(bm, seq("L0 L1 L2 L3 U0 U2"))
+    for exp in stream[:4]:
+        strategy.train(exp)
+    m0, m1, m2, m3 = (strategy.model.masks[t] for t in range(4))
+    strategy.train(stream[4])                          # unlearn 0: nothing retrained
+    (booked, tasks), = strategy.ledger.events
+    assert tasks == {1, 2, 3}
+    assert booked == m0 & (m1 | m2 | m3)               # m̄_0 (no earlier task) ∩ M_remaining
+    expected = (m2 - m1) | (m2 & m1 & booked)
+    assert (m2 & m1 & booked).count() > 0, "the booked entries must matter"
+    before = weights(strategy)
+    strategy.train(stream[5])                          # unlearn 2 re-draws the booked ones
     assert changed(before, weights(strategy)) == expected
 
 
@@ -163,4 +199,5 @@ def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning():
     strategy.train(stream[2])                                      # unlearn 0
     after_u = snapshot(net.backbone)
     assert (after_u["pos_embeds.0"] != after_1["pos_embeds.0"]).all()
+    assert (after_1["cls_tokens.0"] != 0).all() and (after_u["cls_tokens.0"] == 0).all()
     assert torch.equal(after_u["pos_embeds.1"], after_1["pos_embeds.1"])  # frozen in retraining

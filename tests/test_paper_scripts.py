@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_summary_frame_hand_computed():
     pall = frame.set_index("method").loc["pall"]
     assert pall["seeds"] == 2 and pall["A_l_mean"] == 85.0
     assert pall["A_l_std"] == pytest.approx(7.0710678)
-    assert pall["A_l_min"] == 80.0 and pall["F_u_max_max"] == 5.0
+    assert pall["A_l_min"] == 80.0 and pall["F_u_max_mean"] == 4.0     # F_u^max 3 and 5
     assert pall["retrained_mean"] == pytest.approx(50 / 3)          # 10, 30, 10
     assert pall["retrained_mean_abs_change_mean"] == pytest.approx(0.2)
     assert pall["learn_seconds_per_epoch_mean"] == 1.5 and pall["model_size_mb"] == 0.2
@@ -111,6 +112,61 @@ def test_summary_frame_hand_computed():
     seq = frame.set_index("method").loc["sequential"]
     assert seq["A_l_std"] is None or pd.isna(seq["A_l_std"])
     assert seq["retrained_mean"] is None or pd.isna(seq["retrained_mean"])
+
+
+# Table A8 from hand-made runs of 3 tasks: method -> per seed (requests, accuracy matrix), rows
+# after each request. Each seed's F_u^max: its largest a_{i-1,t} - a_{i,t} over unlearning
+# requests i and remaining tasks t; A_l: the mean last row over the tasks still learned.
+WORST_CASE_RUNS = {
+    "sequential": [
+        ("L0 L1 L2 U1", [[80, 10, 10], [70, 85, 10], [65, 80, 90], [65, 80, 90]]),  # 0, 0
+        ("L0 L1 L2 U1", [[80, 10, 10], [72, 84, 10], [66, 80, 88], [67, 80, 87]]),  # -1, 1
+        ("L0 L1 L2 U1", [[80, 10, 10], [70, 84, 10], [60, 79, 85], [58, 79, 86]]),  # 2, -1
+    ],
+    "pall": [
+        ("L0 L1 L2 U1", [[90, 10, 10], [89, 80, 10], [89, 80, 70], [86, 50, 71]]),  # 3, -1
+        ("L0 L1 U0 L2 U2", [[95, 10, 10], [94, 85, 10], [50, 78, 10],               # 7
+                            [52, 77, 90], [51, 75, 48]]),                           # 2
+    ],
+}
+
+
+def _worst_case_by_hand(text: str, accuracy: list[list[float]]) -> tuple[float, float]:
+    """(A_l, F_u^max) of one run, by a loop over its requests."""
+    active: list[int] = []
+    drops = []
+    for i, token in enumerate(text.split()):
+        task = int(token[1:])
+        if token[0] == "L":
+            active.append(task)
+        else:
+            active.remove(task)
+            drops += [accuracy[i - 1][t] - accuracy[i][t] for t in active]
+    return sum(accuracy[-1][t] for t in active) / len(active), max(drops)
+
+
+def test_worst_case_table_a8_by_hand():
+    from helpers import seq
+
+    from pall_avalanche.evaluation import compute_metrics
+    from pall_avalanche.paper.table_worst_case import worst_case_table
+
+    records = [_record(method, seed, compute_metrics(acc, seq(text, 3)), accuracy=acc,
+                       requests=text.split())
+               for method, runs in WORST_CASE_RUNS.items()
+               for seed, (text, acc) in enumerate(runs)]
+    _, cells = worst_case_table(records)
+    assert list(cells.columns) == ["Method", "A_l^min ↑", "F_u^max ↓ (mean over seeds)",
+                                   "Seeds"]
+    expected = []
+    for method, runs in WORST_CASE_RUNS.items():
+        a_l, f_u_max = zip(*(_worst_case_by_hand(text, acc) for text, acc in runs), strict=True)
+        expected.append([report.method_label(method), f"{min(a_l):.2f}", _cell(list(f_u_max)),
+                         str(len(runs))])
+    assert cells.values.tolist() == expected
+    # PALL: A_l 78.5 and 75; F_u^max 3 and 7: their mean, not the worst seed's 7
+    assert expected[1] == ["PALL", "75.00", "5.00 ± 2.83", "2"]
+    assert expected[0][1:3] == ["72.00", "1.00 ± 1.00"]     # F_u^max 0, 1, 2
 
 
 def test_format_wide_markdown_latex_and_write(tmp_path):
@@ -198,8 +254,6 @@ def _write_side_by_side(root: Path) -> list[Path]:
 
 
 def _cell(values: list[float], exact: bool = False) -> str:
-    import statistics
-
     cell = (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1
             else f"{values[0]:.2f}")
     return f"*Exact* ({cell})" if exact else cell
@@ -277,6 +331,118 @@ def test_table1_figure_points_hand_computed(tmp_path):
     sequential = points["cifar10"][0]
     assert sequential["exact"] is False and (sequential["A_l"], sequential["A_u"]) == (82.0, 42.0)
     assert points["cifar100"][0]["A_u_std"] == 0.0          # one seed: no spread drawn
+    # what the figure draws: per benchmark panel, one point per row at (A_l, A_u) with its
+    # spread, stars for the exact methods, chance dashed at 100 / classes per task
+    fig = report.plot_table1(report.table1_frame(records), {"cifar10": 50.0, "cifar100": 10.0},
+                             tmp_path / "again.png")
+    for ax, (benchmark, chance) in zip(fig.axes, (("cifar10", 50.0), ("cifar100", 10.0)),
+                                       strict=True):
+        methods, _ = SIDE_BY_SIDE[benchmark]
+        drawn = []
+        for container in ax.containers:
+            line, _, (xbar, ybar) = container.lines
+            (x,), (y,) = line.get_xdata(), line.get_ydata()
+            (xlo, _), (xhi, _) = xbar.get_segments()[0]
+            (_, ylo), (_, yhi) = ybar.get_segments()[0]
+            drawn.append((container.get_label(), line.get_marker(), x, y,
+                          pytest.approx((xhi - xlo) / 2), pytest.approx((yhi - ylo) / 2)))
+        expected = []
+        for method, runs in methods.items():
+            for alpha, a_ls in runs:              # A_u = A_l − 40 in every record
+                label = f"PALL (α={alpha:g})" if method == "pall" else report.method_label(method)
+                spread = statistics.stdev(a_ls) if len(a_ls) > 1 else 0.0
+                expected.append((label, "*" if method in ("pall", "independent") else "o",
+                                 statistics.mean(a_ls), statistics.mean(a_ls) - 40,
+                                 spread, spread))
+        assert drawn == expected                  # Table 1's order: SIDE_BY_SIDE's
+        chance_line = ax.lines[-1]
+        assert list(chance_line.get_ydata()) == [chance, chance]
+        assert chance_line.get_linestyle() == "--"
+
+
+# Fig. 3 / Table A6 by hand: (method, N_u) -> (A_l, F_u) per seed; N_u = 2 listed first.
+VS_NU = {("pall", 2): [(97.0, 0.0), (95.0, 1.0)], ("derpp", 2): [(85.0, 4.0), (87.0, 6.0)],
+         ("pall", 1): [(98.0, 0.5), (96.0, 1.5)], ("derpp", 1): [(90.0, 2.0)]}
+
+
+def _errorbars(ax) -> dict[str, tuple]:
+    """Label → (x, y, half-length of each vertical error bar, line style) of every line."""
+    out = {}
+    for container in ax.containers:
+        line, _, (bars,) = container.lines
+        out[container.get_label()] = (
+            list(line.get_xdata()), list(line.get_ydata()),
+            [pytest.approx((top - bottom) / 2) for (_, bottom), (_, top) in bars.get_segments()],
+            line.get_linestyle())
+    return out
+
+
+def test_metrics_vs_nu_figure_draws_the_mean_and_std_over_seeds(tmp_path):
+    records = []
+    for (method, n_unlearn), runs in VS_NU.items():
+        for seed, (a_l, f_u) in enumerate(runs):
+            record = _record(method, seed, {**M1, "A_l": a_l, "F_u": f_u}, point=f"N_u={n_unlearn}")
+            record["config"] = {**record["config"], "n_unlearn": n_unlearn}
+            records.append(record)
+    frame = report.summary_frame(records, ("point", "method", "n_unlearn"))   # as fig3.py
+    fig = report.plot_metrics_vs(frame, "n_unlearn", ("A_l", "F_u"), tmp_path / "f.png",
+                                 xlabel="N_u")
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    for ax, (k, metric) in zip(fig.axes, enumerate(("A_l", "F_u")), strict=True):
+        expected = {}
+        for method, label, style in (("pall", "PALL", "-"), ("derpp", "DER++", "--")):
+            values = [[run[k] for run in VS_NU[method, n]] for n in (1, 2)]
+            expected[label] = ([1, 2], [statistics.mean(v) for v in values],
+                               [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values],
+                               style)
+        assert _errorbars(ax) == expected
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("N_u", report.COLUMNS[metric])
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+    assert _errorbars(fig.axes[0])["PALL"][1] == [97.0, 96.0]    # (98 + 96) / 2, (97 + 95) / 2
+    assert _errorbars(fig.axes[1])["DER++"][1] == [2.0, 5.0]
+
+
+def test_timing_figure_draws_each_methods_mean_seconds_per_learning_epoch(tmp_path):
+    # seconds per epoch of each learning request per seed; an unlearning request after the
+    # second learning request (its seconds are not drawn); means over the common length
+    learning = {"sequential": [[1.0, 1.5, 2.0], [2.0, 2.5]], "pall": [[4.0, 5.0, 6.0],
+                                                                        [6.0, 7.0, 9.0]]}
+    records = []
+    for method, runs in learning.items():
+        for seed, seconds in enumerate(runs):
+            per_request = [{"kind": "learn", "seconds_per_epoch": s} for s in seconds]
+            per_request.insert(2, {"kind": "unlearn", "seconds": 100.0})
+            record = _record(method, seed, M1)
+            record["timings"] = {**record["timings"], "per_request": per_request}
+            records.append(record)
+    fig = report.plot_timing_vs_tasks(records, tmp_path / "t.png")
+    (ax,) = fig.axes
+    drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()),
+                                line.get_linestyle()) for line in ax.lines}
+    assert drawn == {"Sequential": ([1, 2], [1.5, 2.0], "--"),
+                     "PALL": ([1, 2, 3], [5.0, 6.0, 7.5], "-")}
+
+
+def test_heatmaps_draw_each_records_accuracy_matrix(tmp_path):
+    requests = [{"kind": "learn", "task": 0}, {"kind": "learn", "task": 1},
+                {"kind": "unlearn", "task": 0}]
+    records = [_record("pall" if seed % 2 else "sequential", seed, M1, requests=requests,
+                       accuracy=[[10.0 * seed, 1.0], [90.0, 80.0 - seed], [50.0, 70.0 + seed]],
+                       point="N_u=1")
+               for seed in range(7)]
+    fig = report.plot_accuracy_heatmaps(records, tmp_path / "h.png", "title")
+    panels = [ax for ax in fig.axes if ax.images]
+    # 7 records: a grid of 2 rows of HEATMAP_COLUMNS = 6, the 5 unused cells hidden
+    assert len(panels) == 7 and sum(not ax.get_visible() for ax in fig.axes) == 5
+    for ax, record in zip(panels, records, strict=True):
+        (image,) = ax.images
+        assert image.get_array().tolist() == record["accuracy"]
+        assert image.get_clim() == (0, 100)
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["L0", "L1", "U0"]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
+        label = "PALL" if record["seed"] % 2 else "Sequential"
+        assert ax.get_title() == f"N_u=1 {label} s{record['seed']}"
+    assert fig.texts[0].get_text() == "title"
 
 
 def test_table1_side_by_side_refuses_mixed_configurations(tmp_path):
@@ -391,3 +557,75 @@ def test_closing_summary_counts_runs_and_names_the_best():
     assert closing_summary({"ran": 3, "reused": 1}, records) == (
         "ran 3, reused 1 records; best A_l 97.00 (PALL (α=0.1)); exact methods' A_u 50.7 % on "
         "average vs chance 50.0 %")
+
+
+def _checks(*failed: bool) -> list[dict]:
+    """A record's learning_checks: one learning request per entry, failed or not."""
+    return [{"index": i, "task": i, "balanced_accuracy": 50.0 if f else 95.0, "failed": f}
+            for i, f in enumerate(failed)]
+
+
+FLAGGED = [_record("pall", 0, M1, learning_checks=_checks(False, True)),
+           _record("pall", 1, M2, learning_checks=_checks(False, False)),
+           _record("sequential", 0, M2, learning_checks=_checks(False, False))]
+
+
+def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_path):
+    from pall_avalanche.experiments import closing_summary
+
+    frame = report.summary_frame(FLAGGED, ("method",))
+    assert frame["learning_failed"].tolist() == [1, 0]
+    cells = report.format_table(frame, {"A_l": "A_l ↑", "seeds": "Seeds"})
+    assert cells.to_dict("records") == [
+        {"Method": "PALL", "A_l ↑": "85.00 ± 7.07 †1/2", "Seeds": "2"},
+        {"Method": "Sequential", "A_l ↑": "80.00", "Seeds": "1"}]
+    # a table without A_l marks the row's label
+    assert report.format_table(frame, {"seeds": "Seeds"})["Method"].tolist() == [
+        "PALL †1/2", "Sequential"]
+    markdown = report.write_report(tmp_path / "r", preamble="# T\n\n", numbers=frame,
+                                   cells=cells)
+    legend_line = ("- †k/n: k of the n records of this row left a task at chance right after "
+                   "learning it (see the records' learning_checks); the row's numbers include "
+                   "them\n")
+    assert markdown.count(legend_line) == 1
+    assert pd.read_csv(tmp_path / "r.csv")["learning_failed"].tolist() == [1, 0]
+    assert r"85.00 $\pm$ 7.07 \dag{}1/2" in (tmp_path / "r.tex").read_text()
+    clean = report.summary_frame(FLAGGED[1:], ("method",))
+    assert "†" not in report.legend(report.format_table(clean, {"A_l": "A_l ↑"}))
+
+    def record(method, a_l, checks):
+        return {"method": method, "exact": False, "metrics": {"A_l": a_l, "A_u": None},
+                "learning_checks": checks}
+
+    assert closing_summary({"ran": 3}, [record("er", 80.0, _checks(True)),
+                                        record("er", 90.0, _checks(False)),
+                                        record("gem", 70.0, None)]) == (
+        "ran 3, reused 0 records; best A_l 85.00 (ER); 1 of 3 records left a task at chance "
+        "right after learning it († in the table; see learning_checks)")
+
+
+def test_failed_learning_checks_are_ringed_in_the_figures(tmp_path, monkeypatch):
+    """The Table 1 figure and the metric-vs-setting figure, read back from the drawn
+    matplotlib figures: the flagged row's points ringed in red, †k/n in its legend label."""
+    drawn = []
+    save = report._save
+
+    def keep(fig, path):
+        drawn.append(fig)
+        save(fig, path)
+
+    monkeypatch.setattr(report, "_save", keep)
+    frame = report.table1_frame(FLAGGED)
+    assert [(p["row"], p["failed"]) for p in report.table1_points(frame)["digits"]] == [
+        ("Sequential", ""), ("PALL", "†1/2")]
+    report.plot_table1(frame, {"digits": 50.0}, tmp_path / "t1.png")
+    report.plot_metrics_vs(report.summary_frame(FLAGGED, ("method", "n_unlearn")), "n_unlearn",
+                           ("A_l",), tmp_path / "vs.png")
+    expected = [[(85.0, 45.0)], [(3.0, 85.0)]]          # PALL: (A_l, A_u); (N_u, A_l)
+    for fig, points in zip(drawn, expected, strict=True):
+        ax = fig.axes[0]
+        rings = [line for line in ax.get_lines() if line.get_gid() == "†"]
+        assert [tuple(map(float, xy)) for line in rings for xy in line.get_xydata()] == points
+        assert all(line.get_markeredgecolor() == "red" for line in rings)
+        labels = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert "PALL †1/2" in labels and "Sequential" in labels

@@ -7,11 +7,15 @@ import numpy as np
 import pytest
 import torch
 from avalanche.training.plugins import GEMPlugin
-from helpers import TINY_VIT, make_strategy, seq, snapshot
+from helpers import FAST_CONFIG, TINY_VIT, make_strategy, seq, snapshot
+from sklearn.datasets import load_digits
+from torchvision.transforms import v2
 
 from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
+from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.evaluation import compute_metrics
-from pall_avalanche.strategies import METHODS, UnlearningPlugin
+from pall_avalanche.models import build_model
+from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
 from pall_avalanche.streams import RequestStream
 
 CONFIGS = CONFIG_DIR
@@ -56,6 +60,52 @@ def test_buffer_is_class_balanced_and_holds_real_samples_of_its_task():
         rows = [int((pool == row).flatten(1).all(1).nonzero()[0]) for row in x]
         assert len(set(rows)) == 11                        # distinct training samples
         assert torch.equal(labels[rows], y)
+
+
+def crop_flip_digits():
+    """Digits with a training augmentation (2-pixel padded random crop and horizontal flip,
+    CIFAR's at 8×8): 50 possible versions of every training image."""
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.long)
+    augment = v2.Compose([v2.RandomCrop(8, padding=2), v2.RandomHorizontalFlip()])
+    return task_incremental_benchmark_from_tensors(
+        "digits-crop-flip", (x, y), (x, y), n_tasks=5, seed=0, train_transform=augment,
+        train_per_task=40)
+
+
+def every_augmentation(image: torch.Tensor) -> torch.Tensor:
+    """All 50 crop-and-flip versions of a (1, 8, 8) image, enumerated by hand."""
+    padded = torch.nn.functional.pad(image, (2, 2, 2, 2))
+    crops = [padded[:, i:i + 8, j:j + 8] for i in range(5) for j in range(5)]
+    return torch.stack([*crops, *(c.flip(-1) for c in crops)])
+
+
+@pytest.mark.parametrize("method", ["derpp", "pall"])
+def test_buffer_stores_one_augmentation_with_the_logits_of_another(method):
+    torch.manual_seed(0)
+    bm = crop_flip_digits()
+    net = build_model("mlp", input_shape=(1, 8, 8), n_tasks=5, classes_per_task=2)
+    strategy = build_strategy(method, model=net, config={**FAST_CONFIG, "epochs": 1})
+    strategy.train(bm.train_stream[0])
+    x, y, z = strategy.memory.buffers[0]
+    data = bm.train_stream[0].dataset.eval()               # the un-augmented images
+    model = strategy.model.eval()
+    augmented = same_logits = 0
+    with torch.no_grad():
+        for row, label, logits in zip(x, y, z, strict=True):
+            matches = [(i, versions) for i in range(len(data))
+                       if (versions := every_augmentation(data[i][0])).eq(row).flatten(1)
+                       .all(1).any()]
+            assert matches, "a stored sample is no augmentation of a training image"
+            i, versions = matches[0]
+            assert data[i][1] == label
+            augmented += not torch.equal(row, data[i][0])
+            outputs = model(versions, 0)                  # the logits of every version
+            assert (outputs - logits).abs().amax(1).min() < 1e-5   # of one version ...
+            same_logits += bool(torch.allclose(model(row[None], 0)[0], logits, atol=1e-5))
+    assert augmented > len(x) // 2                     # stored as a training augmentation
+    assert same_logits < len(x) // 2                    # ... another one than the stored
 
 
 @pytest.mark.parametrize("method", REPLAY)

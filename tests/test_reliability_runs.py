@@ -27,6 +27,7 @@ from helpers import FAST_CONFIG, seq
 
 import pall_avalanche.runner as runner
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from pall_avalanche.cli import main_guard
 from pall_avalanche.records import (
     LOCK_STALE_SECONDS,
     RecordLock,
@@ -396,8 +397,8 @@ def test_a_record_that_cannot_be_written_is_kept_elsewhere(tmp_path, monkeypatch
     with pytest.raises(OSError) as raised:
         run(out)
     message = str(raised.value)
-    assert f"could not write the record {path}" in message and "No space left" in message
-    assert f"the record was kept in {fallback}" in message
+    assert message.startswith(f"could not write the record: no space left on device writing "
+                              f"{path}; the record was kept in {fallback}")
     kept = load_record(fallback)
     assert kept["accuracy"] == clean["accuracy"] and kept["metrics"] == clean["metrics"]
     assert set(kept) == set(clean)
@@ -406,6 +407,92 @@ def test_a_record_that_cannot_be_written_is_kept_elsewhere(tmp_path, monkeypatch
     monkeypatch.setattr(os, "replace", real_replace)
     record, = run(out)
     assert record["resumed_after"] == [len(REQUESTS)] and debris(out) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A folder on a tmpfs of its own (8 MiB, unmounted afterwards): a real file system to
+    fill up. Mounting needs root; skipped where it is not permitted."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting a small tmpfs is not permitted here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def leave_free(folder: Path, pages: int) -> int:
+    """Fill the file system of ``folder`` with a file until ``pages`` pages are free; returns
+    the page size (tmpfs gives file data whole pages; folders take none)."""
+    stats = os.statvfs(folder)
+    (folder / "filler").write_bytes(bytes((stats.f_bavail - pages) * stats.f_frsize))
+    assert os.statvfs(folder).f_bavail == pages
+    return stats.f_frsize
+
+
+def guarded_run(out: Path, capsys, **kwargs) -> tuple[int, str]:
+    """:func:`run` as the scripts run it (:func:`~pall_avalanche.cli.main_guard`): exit code,
+    stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main_guard(lambda argv: run(out, **kwargs), prog="table1.py")
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_a_full_disk_names_the_checkpoint_and_keeps_the_last_good_one(tmp_path, small_disk,
+                                                                      capsys, clean):
+    """Room for the lock and the first checkpoint, not for the second beside it: one line
+    naming the file, exit code 1, the first checkpoint intact; with room again, the run
+    resumes after it."""
+    sizes = []
+    measured = tmp_path / "measure.ckpt"
+    runner.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=measured,
+                      heartbeat=lambda: sizes.append(measured.stat().st_size))
+    page = os.statvfs(small_disk).f_frsize
+    pages = [-(-size // page) for size in sizes]
+    # the lock (1 page) + checkpoint 1 fit; the temporary of checkpoint 2 beside them does not
+    leave_free(small_disk, 1 + pages[0] + pages[1] - 1)
+    out = small_disk / "out"
+    code, err = guarded_run(out, capsys)
+    checkpoint = checkpoint_path(path_of(out))
+    assert code == 1
+    assert err == f"table1.py: error: no space left on device writing {checkpoint}\n"
+    assert load_checkpoint(checkpoint)["requests_done"] == 1
+    assert debris(out) == ["seed0.ckpt"] and not path_of(out).exists()
+    (small_disk / "filler").unlink()
+    record, = run(out)
+    assert record["resumed_after"] == [1] and record["accuracy"] == clean["accuracy"]
+
+
+def test_a_full_disk_names_the_lock_and_leaves_none(small_disk, capsys):
+    leave_free(small_disk, 0)
+    out = small_disk / "out"
+    code, err = guarded_run(out, capsys)
+    assert code == 1
+    assert err == f"table1.py: error: no space left on device writing {lock_path(path_of(out))}\n"
+    assert debris(out) == []
+
+
+def test_a_full_disk_keeps_the_record_elsewhere_and_says_where(tmp_path, small_disk, capsys,
+                                                               monkeypatch, clean):
+    """Room for the lock only (no checkpoints): the record goes to the unsaved location and
+    the one line names both files."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    leave_free(small_disk, 1)
+    out = small_disk / "out"
+    code, err = guarded_run(out, capsys, checkpoints=False)
+    path = path_of(out)
+    assert code == 1
+    assert err == (f"table1.py: error: could not write the record: no space left on device "
+                   f"writing {path}; the record was kept in {unsaved_path(path)}: copy it to "
+                   f"{path} once that folder is writable\n")
+    assert load_record(unsaved_path(path))["accuracy"] == clean["accuracy"]
+    assert debris(out) == [] and not path.exists()
 
 
 # ----------------------------------------------------------------------- modes

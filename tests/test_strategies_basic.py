@@ -5,6 +5,7 @@ import torch
 from avalanche.training import Naive
 from helpers import FAST_CONFIG, make_strategy, predictions, seq, snapshot
 
+from pall_avalanche.core import DivergedError
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import count_parameters
 from pall_avalanche.strategies import UnlearningPlugin
@@ -160,3 +161,53 @@ def test_record_model_size_is_the_most_the_method_can_reach(method):
         [model_size_mb(*size) for size in sizes])
     if method != "sequential":
         assert max(record["model_size_mb_per_request"]) < record["model_size_mb"]
+
+
+def test_a_finite_run_raises_nothing_and_counts_its_requests():
+    """PALL (learning epochs, unlearning with retraining steps) on a sane learning rate: no
+    divergence, every request ends in after_request, and the template's request count
+    matches the log's."""
+    strategy, bm, log = make_strategy("pall", n_retrain_iters=5)
+    stream = RequestStream(bm, seq("L0 L1 U0 L2"))
+    for index, exp in enumerate(stream):
+        strategy.train(exp)
+        assert strategy.requests_done() == index + 1 == len(log.results)
+    assert [r["kind"] for r in log.results] == ["learn", "learn", "unlearn", "learn"]
+
+
+def test_a_non_finite_training_loss_stops_the_request_before_it_ends():
+    strategy, bm, log = make_strategy("sequential", lr=1e6, epochs=3)
+    with pytest.raises(DivergedError) as raised:
+        strategy.train(bm.train_stream[0])
+    err = raised.value
+    assert (err.index, err.kind, err.task, err.what) == (0, "learn", 0, "the training loss")
+    assert err.epoch in (1, 2, 3)
+    assert str(err) == (f"request 0 (learn task 0) diverged in epoch {err.epoch}: the training "
+                        "loss is not finite (NaN or infinite)")
+    assert log.results == [] and strategy.active_tasks == []     # task 0 never joined Ω
+
+
+def test_a_non_finite_parameter_or_unlearning_loss_stops_the_request():
+    strategy, bm, log = make_strategy("sequential")
+    strategy.train(bm.train_stream[0])
+    name, weight = next(iter(strategy.model.named_parameters()))
+    with torch.no_grad():
+        weight[0, 0] = float("inf")
+    with pytest.raises(DivergedError) as raised:
+        strategy.unlearn(0)
+    assert (raised.value.index, raised.value.kind, raised.value.task, raised.value.epoch) == (
+        1, "unlearn", 0, None)
+    assert str(raised.value) == (f"request 1 (unlearn task 0) diverged: parameter {name!r} at "
+                                 "the end of the request is not finite (NaN or infinite)")
+    assert len(log.results) == 1            # the failed request fired no after_request
+
+    strategy, bm, log = make_strategy("er", n_retrain_iters=3)
+    stream = RequestStream(bm, seq("L0 L1 U0"))
+    strategy.train(stream[0])
+    strategy.train(stream[1])
+    strategy.memory.buffers[0][0].fill_(float("nan"))   # the forgotten task's stored inputs
+    with pytest.raises(DivergedError) as raised:
+        strategy.train(stream[2])
+    assert (raised.value.index, raised.value.kind, raised.value.task, raised.value.what) == (
+        2, "unlearn", 0, "the loss of the unlearning and retraining steps")
+    assert len(log.results) == 2

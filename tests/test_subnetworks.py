@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import make_strategy, predictions, seq
+from helpers import make_strategy, predictions, seeded_redraw, seq, spy_before
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, restricted_topk_mask
@@ -48,13 +48,17 @@ def test_request_sequence_no_forgetting_and_unlearning(method):
     # masks begin on frozen entries and need more than 2 short epochs to move
     strategy, bm, evaluation = make_strategy(method, epochs=4 if method == "wsn" else 2)
     net = strategy.model
+    unlearning = spy_before(strategy, "_unlearn", strategy)
+    if method == "dynamic_sparse":
+        storing = spy_before(strategy.resetting, "after_training_exp", strategy)
     requests = seq("L0 L1 L2 U1 L3")
     for exp in RequestStream(bm, requests):
         logits = {t: predictions(net, bm, t) for t in strategy.active_tasks}
         masks = dict(net.masks)
         before = weights(strategy)
         strategy.train(exp)
-        moved = changed(before, weights(strategy))
+        after = weights(strategy)
+        moved = changed(before, after)
         if isinstance(exp, UnlearnExperience):
             task = exp.task_label
             assert task not in net.masks
@@ -62,6 +66,9 @@ def test_request_sequence_no_forgetting_and_unlearning(method):
                 assert moved.count() == 0
             else:                                       # exactly the task's entries re-drawn
                 assert moved == masks[task]
+                expected = seeded_redraw(unlearning["rng"], unlearning["weights"], masks[task])
+                for name, value in after.items():
+                    assert torch.equal(value, expected[name]), name
         else:
             assert (moved & MaskSet.union(masks.values(), net.shapes)).count() == 0
             assert moved.count() > 0
@@ -69,7 +76,9 @@ def test_request_sequence_no_forgetting_and_unlearning(method):
                 assert (moved - strategy.part(exp.task_label)).count() == 0
             if method == "dynamic_sparse":              # every unused entry is re-drawn
                 unused = net.cumulative_mask(strategy.active_tasks).complement()
-                assert (unused - moved).count() == 0
+                expected = seeded_redraw(storing["rng"], storing["weights"], unused)
+                for name, value in after.items():
+                    assert torch.equal(value, expected[name]), name
         assert {t: net.masks[t] for t in masks if t in net.masks} == {
             t: m for t, m in masks.items() if t in net.masks}
         for task, old in logits.items():                # F_l = F_u = 0, bit for bit

@@ -4,6 +4,7 @@ layout (PALL once per α), replay, resume, bad input."""
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import torch
 import yaml
 from helpers import write_cifar10
 
+from pall_avalanche.checkpoint import load_checkpoint
 from pall_avalanche.cli import parse_methods
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, load_config
 from pall_avalanche.records import read_record
@@ -192,6 +194,32 @@ def test_killed_run_resumes_without_recomputing_or_corruption(tmp_path):
     assert len(list(out.rglob("*.json"))) == 6
     for path, content in finished.items():
         assert path.read_bytes() == content                       # not recomputed
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_diverged_run_fails_with_one_line_and_keeps_its_checkpoint(tmp_path, capsys, jobs):
+    """lr = 1000 on digits: a later learning request's loss turns NaN. Exit code 1, one error
+    line naming method, seed, request and epoch, no record, and the checkpoint of the last
+    finished request left for a rerun (in a worker process too)."""
+    out = tmp_path / "out"
+    code, _, err = run_main(["--methods", "sequential", "--seeds", "0", "--set", "lr=1000",
+                             "--out", str(out), "--jobs", jobs, *FAST], capsys)
+    assert code == 1
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0] == err.splitlines()[-1]
+    found = re.fullmatch(r"table1\.py: error: run of method 'sequential' seed 0 failed: "
+                         r"DivergedError: request (\d+) \((learn|unlearn) task (\d+)\) "
+                         r"diverged in epoch 1: the training loss is not finite \(NaN or "
+                         r"infinite\)", errors[0])
+    assert found, errors[0]
+    index = int(found[1])
+    assert index >= 1, "the first request must finish for a checkpoint to be kept"
+    assert list(out.rglob("*.json")) == []
+    (checkpoint,) = out.rglob("seed0.ckpt")
+    state = load_checkpoint(checkpoint)
+    assert state["requests_done"] == index and state["method"] == "sequential"
+    assert state["requests"][index] == {"kind": found[2], "task": int(found[3])}
+    assert not list(out.rglob("*.lock"))
 
 
 def test_method_groups_expand_in_order_without_repeats():

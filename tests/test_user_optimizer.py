@@ -98,3 +98,29 @@ def test_without_a_scheduler_the_records_train_as_before():
             strategy.train(exp)
         runs.append([p.detach().clone() for p in strategy.model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+def cosine(base: float, epoch: int, length: int) -> float:
+    """The cosine schedule's rate at ``epoch`` of a phase of ``length`` epochs, by hand."""
+    return base * 0.5 * (1 + math.cos(math.pi * epoch / length))
+
+
+@pytest.mark.parametrize("method, first_request_phases", [
+    ("lwf", [4]),           # no earlier task: no warm-up, one phase of all epochs
+    ("lsf", [4]),
+    ("packnet", [2, 2]),    # training, then fine-tuning after pruning, in every request
+])
+def test_the_cosine_preset_anneals_each_training_phase_from_the_base_rate(
+        method, first_request_phases):
+    strategy, bm, _ = make_strategy(method, epochs=4, lr_schedule="cosine", lr=0.05)
+    rates = LearningRates()
+    strategy.plugins.append(rates)
+    for exp in bm.train_stream[:2]:
+        strategy.train(exp)
+
+    def by_hand(phases: list[int]) -> list:
+        return [pytest.approx([cosine(0.05, e, length)], rel=1e-12)
+                for length in phases for e in range(length)]
+
+    assert rates.requests[0] == by_hand(first_request_phases)
+    assert rates.requests[1] == by_hand([2, 2])    # warm-up / fine-tuning: its own cosine

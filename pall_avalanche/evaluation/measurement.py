@@ -85,7 +85,11 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
         task = exp.task_label   # one task per experience: an int, no per-batch split
         correct = torch.zeros((), dtype=torch.long, device=device)
         total = 0
-        for x, y, _ in DataLoader(exp.dataset.eval(), batch_size=batch_size, shuffle=False):
+        # its own generator: iterating a DataLoader draws a seed, which must not move the
+        # training's random stream (evaluating never changes training)
+        loader = DataLoader(exp.dataset.eval(), batch_size=batch_size, shuffle=False,
+                            generator=torch.Generator())
+        for x, y, _ in loader:
             x, y = x.to(device), y.to(device)
             correct += (avalanche_forward(model, x, task).argmax(1) == y).sum()
             total += len(y)

@@ -16,7 +16,8 @@ share or pruning count), as the paper's reference masks them as separate layers
 
 With ``token_sets=T`` every task has its own CLS token and positional embedding (12,672
 parameters per task), as the subnetwork methods use them: they are not masked; the task being
-learned trains its own, and unlearning re-draws them (:meth:`VisionTransformer.task_parameters`,
+learned trains its own, and unlearning re-sets them (CLS token to zeros, positional embedding
+re-drawn) (:meth:`VisionTransformer.task_parameters`,
 :meth:`VisionTransformer.reset_task_parameters_`).
 """
 
@@ -104,9 +105,11 @@ class VisionTransformer(nn.Module):
 
     @torch.no_grad()
     def reset_task_parameters_(self, task: int) -> None:
-        """Re-draw ``task``'s CLS token and positional embedding (truncated normal, std 0.02)."""
-        for p in (self.cls_tokens[self._set(task)], self.pos_embeds[self._set(task)]):
-            nn.init.trunc_normal_(p, std=TOKEN_STD, a=-2 * TOKEN_STD, b=2 * TOKEN_STD)
+        """Re-set ``task``'s CLS token to zeros and re-draw its positional embedding
+        (truncated normal, std 0.02), as the paper's reference initialises them."""
+        self.cls_tokens[self._set(task)].zero_()
+        nn.init.trunc_normal_(self.pos_embeds[self._set(task)], std=TOKEN_STD,
+                              a=-2 * TOKEN_STD, b=2 * TOKEN_STD)
 
     def _tokens(self, task_labels: torch.Tensor | int, batch: int
                 ) -> tuple[torch.Tensor, torch.Tensor]:

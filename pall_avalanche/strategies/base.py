@@ -13,6 +13,14 @@ evaluator, which hands it over with :meth:`UnlearningTemplate.request_measured`)
 method's own :meth:`UnlearningTemplate.request_statistics`. Records, checkpoints, W&B and
 the audit subscribe to it.
 
+A diverged request never reaches ``after_request``: the template raises
+:class:`~pall_avalanche.core.DivergedError` (naming the request, the epoch and what is not
+finite) when a training epoch had a non-finite loss (checked once per epoch: the loss's
+finiteness is accumulated on the device, with no host synchronisation per step), when the
+unlearning steps of :meth:`UnlearningTemplate.optimization_steps` had one (checked once per
+loop), or when a parameter is not finite at the end of the request (every request, learning
+and unlearning).
+
 Conventions shared by all methods (docs/fidelity.md, "Baselines"):
 
 - ``active_tasks`` is Ω in learning order: a task joins after its training experience
@@ -23,9 +31,14 @@ Conventions shared by all methods (docs/fidelity.md, "Baselines"):
   ``LRSchedulerPlugin`` holds keeps driving the learning rate that trains; retraining loops
   (no scheduler, as in the paper) get a separate one from
   :meth:`UnlearningTemplate.fresh_optimizer`.
-- ``lr_schedule="cosine"`` anneals the learning rate per epoch within each request with
-  torch's ``CosineAnnealingLR`` in Avalanche's ``LRSchedulerPlugin`` (reset after every
-  request).
+- ``lr_schedule="cosine"`` anneals the learning rate per epoch with torch's
+  ``CosineAnnealingLR`` in Avalanche's ``LRSchedulerPlugin``, from the base rate over each
+  training phase of a request (:meth:`UnlearningTemplate.training_phases`: one phase by
+  default; LwF's and LSF's warm-up and full training, PackNet's training and fine-tuning
+  each anneal on their own, as the paper's reference does).
+- Evaluating never changes training: :meth:`UnlearningTemplate.eval` and the request
+  measurement draw nothing from the random streams training uses, so extra metrics, loggers
+  or ``eval()`` calls leave every parameter bit-identical.
 - A learning request trains one parameter group, as the user's optimizer usually has: a
   scheduler made for it keeps one base rate per group it saw (``LambdaLR`` and ``OneCycleLR``
   refuse a different number of groups), so per-parameter differences such as weight decay
@@ -48,16 +61,24 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from pall_avalanche.checkpoint import Stateful
-from pall_avalanche.core import RequestResult, UnlearningPlugin
+from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.streams import UnlearnExperience
 
-__all__ = ["AMP_MODES", "LR_SCHEDULES", "UnlearningPlugin", "UnlearningTemplate"]
+__all__ = ["AMP_MODES", "LR_SCHEDULES", "DivergedError", "UnlearningPlugin",
+           "UnlearningTemplate"]
 
 LR_SCHEDULES = ("constant", "cosine")
 #: Mixed precision of the training forward passes: none, or bfloat16 autocast.
 AMP_MODES = (None, "bf16")
+
+
+def _and_finite(flag: torch.Tensor | None, loss: torch.Tensor) -> torch.Tensor:
+    """``flag`` (``None``: true) and whether ``loss`` is finite, as a bool tensor on the loss's
+    device (no host synchronisation)."""
+    finite = torch.isfinite(loss.detach()).all()
+    return finite if flag is None else flag & finite
 
 
 class UnlearningTemplate(SupervisedTemplate, Stateful):
@@ -96,12 +117,14 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         self.amp = amp
         self.channels_last = bool(channels_last)
         plugins = list(kwargs.pop("plugins", None) or [])
+        #: the cosine preset's plugin (torch's cosine annealing through Avalanche's plugin,
+        #: restarted from the base rate by :meth:`start_phase`); ``None`` without it
+        self._cosine: LRSchedulerPlugin | None = None
         if lr_schedule == "cosine":
-            # torch's cosine annealing over the request's epochs, through Avalanche's plugin
-            # (reset to the initial rate after every request)
-            plugins.insert(0, LRSchedulerPlugin(
+            self._cosine = LRSchedulerPlugin(
                 CosineAnnealingLR(optimizer, T_max=kwargs.get("train_epochs", 1)),
-                step_granularity="epoch", reset_scheduler=True, reset_lr=True))
+                step_granularity="epoch", reset_scheduler=True, reset_lr=True)
+            plugins.insert(0, self._cosine)
         super().__init__(model=model, optimizer=optimizer,
                          criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
                          plugins=plugins, **kwargs)
@@ -111,6 +134,10 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         self.lr_schedule = lr_schedule
         self._statistics: dict = {}
         self._measured: RequestResult | None = None
+        #: (index, kind, task) of the request in progress, for :class:`DivergedError`.
+        self._request: tuple[int, str, int] | None = None
+        #: Whether every training loss of the epoch in progress was finite (on the device).
+        self._loss_finite: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ requests
     def train(self, experiences: CLExperience | Iterable[CLExperience],
@@ -132,23 +159,37 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                     f"task {task} is already learned (active tasks {self.active_tasks}); "
                     "unlearn it before learning it again"
                 )
-            self._statistics, self._measured = {}, None
+            self._start_request("learn", task)
             super().train(exp, eval_streams, **kwargs)
             self._end_request()
         return self.evaluator.get_last_metrics()
 
+    def eval(self, exp_list, **kwargs):
+        """Avalanche's evaluation, with the random streams training uses (torch's CPU and
+        device generators) restored afterwards: iterating a ``DataLoader`` draws a seed from
+        them, so without this an extra evaluation, metric or logger would change the training
+        that follows."""
+        devices = ([torch.device(self.device)] if torch.device(self.device).type == "cuda"
+                   else [])
+        with torch.random.fork_rng(devices=devices):
+            return super().eval(exp_list, **kwargs)
+
     def forward(self):
-        """The mini-batch's forward pass. An experience holds one task, so its label goes to
-        the model as an ``int``: no per-batch host-device sync to split the batch by task.
-        With ``amp="bf16"`` it runs under bfloat16 autocast and returns float32 logits (the
-        loss, the backward pass and the weights stay float32)."""
+        """The mini-batch's forward pass (:meth:`forward_inputs` of ``mb_x``)."""
+        return self.forward_inputs(self.mb_x)
+
+    def forward_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of inputs ``x`` of the current experience (the mini-batch, or inputs derived
+        from it). An experience holds one task, so its label goes to the model as an ``int``:
+        no per-batch host-device sync to split the batch by task; an experience of several
+        tasks uses the mini-batch's task labels (``x`` must then be ``mb_x``-sized). With
+        ``amp="bf16"`` it runs under bfloat16 autocast and returns float32 logits (the loss,
+        the backward pass and the weights stay float32)."""
         labels = getattr(self.experience, "task_labels", None)
+        task = int(labels[0]) if labels is not None and len(labels) == 1 else self.mb_task_id
         with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
                             enabled=self.amp == "bf16"):
-            if labels is not None and len(labels) == 1:
-                out = avalanche_forward(self.model, self.mb_x, int(labels[0]))
-            else:
-                out = super().forward()
+            out = avalanche_forward(self.model, x, task)
         return out.float()
 
     def _unpack_minibatch(self) -> None:
@@ -165,7 +206,7 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                 f"{self.active_tasks})"
             )
         self.model.to(self.device)
-        self._statistics, self._measured = {}, None
+        self._start_request("unlearn", task)
         trigger_plugins(self, "before_unlearning", task=task)
         self.active_tasks.remove(task)
         self._unlearn(task)
@@ -195,9 +236,28 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         ``after_request`` with it when the request is over."""
         self._measured = result
 
+    def requests_done(self) -> int:
+        """The number of requests finished so far: every learning request adds its task to
+        ``active_tasks`` and counts on Avalanche's clock (``clock.train_exp_counter``), every
+        unlearning request removes one, so 2 × learned − |Ω| (between requests)."""
+        return 2 * self.clock.train_exp_counter - len(self.active_tasks)
+
+    def _start_request(self, kind: str, task: int) -> None:
+        self._statistics, self._measured = {}, None
+        self._request = (self.requests_done(), kind, task)
+
+    def _diverged(self, what: str, epoch: int | None = None) -> DivergedError:
+        return DivergedError(*self._request, what, epoch)
+
     def _end_request(self) -> None:
-        """Fire ``after_request`` on every plugin with the request's measured result (none
-        when the evaluator does not measure requests)."""
+        """Check that every parameter is finite (else raise :class:`DivergedError`), then fire
+        ``after_request`` on every plugin with the request's measured result (none when the
+        evaluator does not measure requests)."""
+        finite = torch.stack([p.detach().isfinite().all() for p in self.model.parameters()])
+        if not bool(finite.all()):
+            name = next(n for (n, _), ok in zip(self.model.named_parameters(), finite.tolist(),
+                                                 strict=True) if not ok)
+            raise self._diverged(f"parameter {name!r} at the end of the request")
         result, self._measured = self._measured, None
         if result is not None:
             trigger_plugins(self, "after_request", result=result)
@@ -209,6 +269,45 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     def _after_training_exp(self, **kwargs) -> None:
         self.active_tasks.append(self.experience.task_label)
         super()._after_training_exp(**kwargs)
+
+    def _before_training_epoch(self, **kwargs) -> None:
+        self._loss_finite = None
+        super()._before_training_epoch(**kwargs)
+
+    def _after_training_iteration(self, **kwargs) -> None:
+        self._loss_finite = _and_finite(self._loss_finite, self.loss)
+        super()._after_training_iteration(**kwargs)
+
+    def _after_training_epoch(self, **kwargs) -> None:
+        """Raise :class:`DivergedError` if a training loss of the epoch was not finite (the
+        epoch's one host synchronisation for it), before the plugins see the epoch end."""
+        if self._loss_finite is not None and not bool(self._loss_finite):
+            raise self._diverged("the training loss", self.clock.train_exp_epochs + 1)
+        super()._after_training_epoch(**kwargs)
+
+    # ---------------------------------------------------------- training phases
+    def training_phases(self) -> list[int]:
+        """The epochs of each training phase of the current learning request (they add up to
+        ``train_epochs``). One phase by default; a method that trains in phases (LwF's
+        warm-up, PackNet's fine-tuning) overrides it and calls :meth:`start_phase` when the
+        next one starts."""
+        return [self.train_epochs]
+
+    def start_phase(self, epochs: int) -> None:
+        """A training phase of ``epochs`` epochs starts: the cosine preset restarts from the
+        base rate and anneals over those epochs (without the preset nothing changes; a
+        scheduler of the user's own keeps its position)."""
+        if self._cosine is None:
+            return
+        scheduler = self._cosine.scheduler
+        for group, lr in zip(self.optimizer.param_groups, scheduler.base_lrs, strict=True):
+            group["lr"] = lr
+        scheduler.T_max = epochs
+        scheduler.last_epoch = 0
+
+    def _before_training_exp(self, **kwargs) -> None:
+        super()._before_training_exp(**kwargs)
+        self.start_phase(self.training_phases()[0])
 
     # ---------------------------------------------------------------- optimizers
     def optimizer_param_groups(self) -> list[dict]:
@@ -233,17 +332,23 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         :param trainable: float 0/1 tensors shaped like the parameters of ``param_groups`` (in
             order): only their 1-entries change, and weight decay moves to the gradient (give
             those groups ``weight_decay=0``). ``None``: every entry is trained.
+        :raises DivergedError: a step's loss was not finite (checked once, after the loop).
         """
         params = [p for group in param_groups for p in group["params"]]
         optimizer = self.fresh_optimizer(param_groups)
         self.model.train()
+        finite = None
         for _ in range(n_iters):
             optimizer.zero_grad(set_to_none=True)
-            loss().backward()
+            value = loss()
+            value.backward()
+            finite = _and_finite(finite, value)
             if trainable is not None:
                 mask_gradients_(params, trainable, self.weight_decay)
             optimizer.step()
         self.model.zero_grad(set_to_none=True)
+        if finite is not None and not bool(finite):
+            raise self._diverged("the loss of the unlearning and retraining steps")
 
     @property
     def weight_decay(self) -> float:

@@ -5,16 +5,20 @@ Each class of each task gets a mnemonic code, a random noise image of the input'
 
 - the data term: one mean cross-entropy over the concatenation of the clean mini-batch x and
   its mixture ``λx + (1−λ)·code[y]``, λ ~ U(0, 1) per sample (mnemonic embedding), i.e. half
-  the weight on each (docs/fidelity.md, "LSF"),
+  the weight on each, computed in **one forward pass over the concatenated batch** (a
+  BatchNorm backbone normalises clean and mixed samples together), as the paper's reference
+  does (docs/fidelity.md, "LSF"),
 - the EWC and LwF terms (:class:`TaskEWCPlugin`: per-sample Fisher; :class:`TaskLwFPlugin`:
   mean distillation over the earlier active tasks),
-- ``γ · CE(codes of the active earlier tasks → their labels)``,
+- ``γ · CE(codes of the active earlier tasks → their labels)``, one forward pass per task's
+  codes, averaged over the tasks,
 
-after LwF's head-only warm-up (:class:`HeadWarmupTemplate`; the terms that cannot move the
-task's head rows are skipped there). Unlearning t runs N_f steps of
-``CE(codes of t → uniform over t's classes) + γ · CE(codes of the remaining tasks → labels)``,
-then deletes t's codes, Fisher and snapshot and its distillation targets; the teacher of the
-next request's distillation is the model after unlearning. Inexact.
+after LwF's head-only warm-up (:class:`HeadWarmupTemplate`), which trains on the clean
+samples only (the terms that cannot move the task's head rows are skipped there). Unlearning t
+runs N_f steps of ``CE(codes of t → uniform over t's classes) + γ · CE(codes of the remaining
+tasks → labels)`` (one forward pass per task's codes), then deletes t's codes, Fisher and
+snapshot and its distillation targets; the teacher of the next request's distillation is the
+model after unlearning. Inexact.
 """
 
 from __future__ import annotations
@@ -54,21 +58,15 @@ class LSF(LwF):
         self.gamma = lsf_gamma
         self.n_retrain_iters = n_retrain_iters
         self.codes: dict[int, torch.Tensor] = {}
+        self._mixed_output: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ codes
-    def code_batch(self, tasks: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(codes, labels, task labels) of ``tasks``, concatenated in that order."""
-        codes = [self.codes[t] for t in tasks]
-        x = torch.cat(codes)
-        y = torch.cat([torch.arange(len(c), device=x.device) for c in codes])
-        t = torch.cat([torch.full((len(c),), task, device=x.device)
-                       for task, c in zip(tasks, codes, strict=True)])
-        return x, y, t
-
     def code_loss(self, tasks: Sequence[int]) -> torch.Tensor:
-        """Mean cross-entropy of the codes of ``tasks`` towards their own labels."""
-        x, y, t = self.code_batch(tasks)
-        return F.cross_entropy(avalanche_forward(self.model, x, t), y)
+        """Mean over ``tasks`` of the mean cross-entropy of each task's codes towards its own
+        labels, one forward pass per task."""
+        return sum(F.cross_entropy(avalanche_forward(self.model, self.codes[t], t),
+                                   torch.arange(len(self.codes[t]), device=self.device))
+                   for t in tasks) / len(tasks)
 
     # ---------------------------------------------------------------- learning
     def _before_training_exp(self, **kwargs) -> None:
@@ -77,14 +75,30 @@ class LSF(LwF):
         self.codes[task] = torch.randn(self.model.classes_per_task, *shape).to(self.device)
         super()._before_training_exp(**kwargs)
 
-    def _before_backward(self, **kwargs) -> None:
+    def forward(self) -> torch.Tensor:
+        """Training after the warm-up: one forward pass over the clean mini-batch and its
+        mnemonic mixture, concatenated; the clean half's logits are returned (what metrics
+        and the distillation see), the mixed half's are kept for :meth:`criterion`.
+        Evaluation and the warm-up: the clean mini-batch only."""
+        self._mixed_output = None
+        if not self.is_training or self.head_only:
+            return super().forward()
         x, y = self.mb_x, self.mb_y
         lam = torch.rand(len(x), *([1] * (x.dim() - 1)), device=x.device)
         mixed = lam * x + (1 - lam) * self.codes[self.experience.task_label][y]
-        # self.loss is the criterion's mean CE on x: halving the sum with the mean CE on the
-        # (equally many) mixed samples gives the mean CE over the concatenated mini-batch
-        mixed_ce = F.cross_entropy(avalanche_forward(self.model, mixed, self.mb_task_id), y)
-        self.loss = (self.loss + mixed_ce) / 2
+        out = self.forward_inputs(torch.cat([x, mixed]))
+        self._mixed_output = out[len(x):]
+        return out[:len(x)]
+
+    def criterion(self) -> torch.Tensor:
+        """The criterion over the concatenated clean and mixed mini-batch (the clean one alone
+        during the warm-up and in evaluation)."""
+        if self._mixed_output is None:
+            return super().criterion()
+        return self._criterion(torch.cat([self.mb_output, self._mixed_output]),
+                               torch.cat([self.mb_y, self.mb_y]))
+
+    def _before_backward(self, **kwargs) -> None:
         if self.active_tasks and self.gamma and not self.head_only:
             self.loss += self.gamma * self.code_loss(self.active_tasks)
         super()._before_backward(**kwargs)
@@ -93,16 +107,14 @@ class LSF(LwF):
     def _unlearn(self, task: int) -> None:
         remaining = list(self.active_tasks)
         param_groups = self.optimizer_param_groups()
-        x, y, t = self.code_batch([task, *remaining])
-        n_forget = len(self.codes[task])
-        uniform = torch.full((n_forget, self.model.classes_per_task),
-                             1.0 / self.model.classes_per_task, device=x.device)
+        forget = self.codes[task]
+        uniform = torch.full((len(forget), self.model.classes_per_task),
+                             1.0 / self.model.classes_per_task, device=forget.device)
 
         def loss() -> torch.Tensor:
-            logits = avalanche_forward(self.model, x, t)
-            total = F.cross_entropy(logits[:n_forget], uniform)
+            total = F.cross_entropy(avalanche_forward(self.model, forget, task), uniform)
             if remaining:
-                total = total + self.gamma * F.cross_entropy(logits[n_forget:], y[n_forget:])
+                total = total + self.gamma * self.code_loss(remaining)
             return total
 
         self.optimization_steps(param_groups, self.n_retrain_iters, loss)

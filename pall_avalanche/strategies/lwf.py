@@ -10,8 +10,9 @@ Pieces (LSF reuses all of them):
   to it.
 - :class:`HeadWarmupTemplate`: the first half of a learning request's epochs trains only the
   new task's head rows (the warm-up of the original LwF), the second half trains everything
-  with a fresh optimizer. With no earlier active task (the first request, or Ω empty) there is
-  nothing to protect: the warm-up is skipped and every epoch trains everything.
+  with a fresh optimizer (the cosine preset anneals each phase from the base rate). With no
+  earlier active task (the first request, or Ω empty) there is nothing to protect: the
+  warm-up is skipped and every epoch trains everything.
 - :class:`LwF`: the two together; unlearning changes no parameter (inexact).
 
 Avalanche's own ``_lwf_penalty`` calls ``model(x, None)``, which our multi-head network does not
@@ -168,6 +169,10 @@ class HeadWarmupTemplate(UnlearningTemplate):
     def trains_head_only(self) -> bool:
         return self.head_only
 
+    def training_phases(self) -> list[int]:
+        warmup = self.warmup_epochs
+        return [warmup, self.train_epochs - warmup] if warmup else [self.train_epochs]
+
     def _end_head_only(self) -> None:
         for p in self._frozen:
             p.requires_grad_(True)
@@ -179,6 +184,7 @@ class HeadWarmupTemplate(UnlearningTemplate):
         if self.head_only and self.clock.train_exp_epochs >= self.warmup_epochs:
             self._end_head_only()
             super().make_optimizer()
+            self.start_phase(self.training_phases()[1])
         super()._before_training_epoch(**kwargs)
 
     def _after_backward(self, **kwargs) -> None:

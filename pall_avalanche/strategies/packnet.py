@@ -19,7 +19,8 @@ remove a task: its masks are nested per weight). A learning request of task t, w
    masks (backbone entries): t uses every weight of the earlier tasks still stored, so their
    entries stay frozen while t is active.
 3. ``E // 2`` epochs of fine-tuning the kept entries only, through m_t, with a fresh
-   optimizer. With E = 1 the task is pruned after its single epoch, without fine-tuning.
+   optimizer (the cosine preset anneals each phase from the base rate). With E = 1 the
+   task is pruned after its single epoch, without fine-tuning.
 
 The head rows of t are t's own and never pruned (like PALL's hard-wired head). BatchNorm
 needs nothing: the project's ResNets have BN without affine parameters or running
@@ -94,9 +95,14 @@ class PackNet(SubnetworkStrategy):
     def start_task(self, task: int) -> None:
         self._pruned = False
 
+    def training_phases(self) -> list[int]:
+        fine_tuning = self.train_epochs - self.prune_epoch
+        return [self.prune_epoch, fine_tuning] if fine_tuning else [self.train_epochs]
+
     def _before_training_epoch(self, **kwargs) -> None:
         if not self._pruned and self.clock.train_exp_epochs == self.prune_epoch:
             self.prune()
+            self.start_phase(self.training_phases()[1])
         super()._before_training_epoch(**kwargs)
 
     def _after_training_exp(self, **kwargs) -> None:

@@ -116,8 +116,11 @@ class PALL(SubnetworkStrategy):
         net.remove_mask(task)
         redraw_(net, forget)
         net.net.reset_task_parameters_(task)
-        if self.active_tasks and self.n_retrain_iters and retrain.count():
-            self.retrain(retrain, self.active_tasks)
+        if self.active_tasks and retrain.count():
+            if self.n_retrain_iters:
+                self.retrain(retrain, self.active_tasks)
+            # booked with N_f = 0 too, as the paper's reference does: unlearning a task whose
+            # buffer this retraining would use re-draws these entries (docs/fidelity.md)
             self.ledger.record(retrain, self.active_tasks)
         self.ledger.forget(task)
         if not self.active_tasks:
