@@ -1,0 +1,16 @@
+"""pall_avalanche: lifelong learning with exact task unlearning (PALL, ICLR 2025) and its
+baselines as Avalanche strategies.
+
+Bring your own method, benchmark or model: register it once (this import is light: no torch)
+and every script, sweep and the exactness audit run it by name::
+
+    from pall_avalanche import register_method
+    register_method("mine", "my_package.strategy:Mine", exact=False, config={"l2_strength": 0.1})
+
+A file of such calls is loaded with ``--plugin FILE`` (or an installed package's
+``pall_avalanche.plugins`` entry point): see :mod:`pall_avalanche.extensions`.
+"""
+
+from pall_avalanche.catalog import register_benchmark, register_method, register_model
+
+__all__ = ["register_benchmark", "register_method", "register_model"]

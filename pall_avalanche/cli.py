@@ -21,13 +21,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pall_avalanche.catalog import ABLATION_METHODS, METHOD_INFO, TABLE1_METHODS
-from pall_avalanche.config import apply_overrides, check_setting, load_config, parse_override
+from pall_avalanche.catalog import ABLATION_METHODS, BENCHMARK_INFO, METHOD_INFO, TABLE1_METHODS
+from pall_avalanche.config import (
+    apply_overrides,
+    check_config,
+    check_setting,
+    load_config,
+    parse_override,
+)
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.wandb_logging import WandbSettings, add_wandb_arguments
 
 __all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
-           "parse_methods", "program_name", "run_options"]
+           "parse_methods", "parse_run_arguments", "program_name", "run_options"]
 
 
 def program_name(default: str) -> str:
@@ -63,11 +69,19 @@ FLAG_KEYS = {
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> None:
+    parser.add_argument("--plugin", dest="plugins", action="append", default=[],
+                        metavar="MODULE_OR_FILE",
+                        help="a module or .py file registering methods, benchmarks or models "
+                             "(register_method, ...), loaded before anything is parsed, in "
+                             "every --jobs worker too; repeatable")
     parser.add_argument("--benchmark", default="digits",
-                        help="benchmark; picks pall_avalanche/configs/<benchmark>.yaml "
-                             "(default: digits, embedded, no download)")
+                        help="benchmark; picks pall_avalanche/configs/<benchmark>.yaml, or the "
+                             "configuration a plugin registered with it (default: digits, "
+                             "embedded, no download)")
     parser.add_argument("--config", type=Path,
-                        help="configuration file (overrides the --benchmark choice of file)")
+                        help="configuration file (instead of the --benchmark choice of file; "
+                             "keys it leaves out, but per-method overrides, come from the "
+                             "configuration of the benchmark it names)")
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
@@ -118,6 +132,18 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="no per-request checkpoints (by default a killed run resumes "
                              "after its last finished request)")
     add_wandb_arguments(parser)
+
+
+def parse_run_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                        ) -> argparse.Namespace:
+    """Parse ``argv`` (flags of :func:`add_run_arguments`) and load the plugins
+    (:func:`~pall_avalanche.extensions.load_plugins`: ``--plugin`` and the installed entry
+    points) before anything names a method, benchmark or model."""
+    from pall_avalanche.extensions import load_plugins
+
+    args = parser.parse_args(argv)
+    load_plugins(args.plugins)
+    return args
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -202,17 +228,38 @@ def parse_methods(text: str) -> list[str]:
     return methods
 
 
+def benchmark_config(name: str, config_dir: Path) -> dict[str, Any]:
+    """The configuration ``--benchmark NAME`` starts from: ``<config_dir>/NAME.yaml`` for a
+    shipped one; for a registered one (:func:`~pall_avalanche.catalog.register_benchmark`) the
+    digits configuration with this benchmark and its default task count, updated by the
+    configuration its registration gave (a mapping or a YAML file), if any."""
+    path = config_dir / f"{name}.yaml"
+    if path.is_file():
+        return load_config(path)
+    if name not in BENCHMARK_INFO:
+        raise ValueError(f"--benchmark {name}: unknown benchmark; valid: "
+                         f"{', '.join(BENCHMARK_INFO)} (a plugin registers more: --plugin)")
+    info = BENCHMARK_INFO[name]
+    own = info.config
+    if isinstance(own, (str, Path)):
+        own = load_config(own)
+    config = {**load_config(config_dir / "digits.yaml"), "n_tasks": info.default_n_tasks,
+              **dict(own or {}), "benchmark": name}
+    check_config(config, f"the configuration of benchmark {name!r}")
+    return config
+
+
 def config_from_args(args: argparse.Namespace, config_dir: Path
                      ) -> tuple[dict[str, Any], list[int], RequestSequence | None]:
     """The configuration (file + flags + ``--set``, every value checked), the seeds and any
     replayed requests; also checks ``--device`` and that ``--out`` and ``--report-dir`` can be
     written (a missing ``--report-dir`` becomes ``--out``)."""
-    path = args.config or config_dir / f"{args.benchmark}.yaml"
-    if args.config is None and not path.is_file():
-        available = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise ValueError(f"no configuration for benchmark {args.benchmark!r}; "
-                         f"available: {', '.join(available)}")
-    config = load_config(path)
+    if args.config is None:
+        config = benchmark_config(args.benchmark, config_dir)
+    else:   # keys the file leaves out (but per-method overrides) from its benchmark's file
+        config = load_config(args.config)
+        base = benchmark_config(config.get("benchmark", args.benchmark), config_dir)
+        config = {**{k: v for k, v in base.items() if k != "methods"}, **config}
     overrides = []
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag, None)

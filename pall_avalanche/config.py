@@ -5,8 +5,9 @@ A configuration is a flat mapping (benchmark, model, epochs, lr, ...) plus an op
 learning rate 0.001 for ER on CIFAR). :func:`resolve_method_config` gives the flat, complete
 configuration of one method; that is what a result record stores.
 
-Every key is known (:data:`CONFIG_KEYS`: its type, range and meaning): an unknown key, a value
-of the wrong type or out of range is refused with one line naming where it came from (the file,
+Every key is known (:data:`CONFIG_KEYS`: its type, range and meaning; a registered method's own
+keys, :func:`method_keys`, for that method): an unknown key, a value of the wrong type or out of
+range is refused with one line naming where it came from (the file,
 ``--set KEY=VALUE`` or a flag), the bad value and what is valid (:func:`check_setting`,
 :func:`check_config`, :func:`check_run_config`), before anything is trained.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_NAMES, SELECTION_NAMES
+from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO, SELECTION_NAMES
 
 #: The shipped configuration files, ``<benchmark>.yaml`` (package data, so every script runs
 #: from a non-editable install).
@@ -43,6 +44,7 @@ __all__ = [
     "check_setting",
     "config_hash",
     "load_config",
+    "method_keys",
     "parse_override",
     "resolve_method_config",
 ]
@@ -87,7 +89,7 @@ def _registered(registry: str) -> tuple[Callable[[Any], bool], str]:
         if registry == "benchmark":
             return sorted(BENCHMARK_INFO)
         if registry == "model":
-            return sorted(MODEL_NAMES)
+            return sorted(MODEL_INFO)
         return list(SELECTION_NAMES)
 
     class _Names:
@@ -143,6 +145,43 @@ CONFIG_KEYS: dict[str, KeySpec] = {
 }
 
 
+def method_keys(method: str) -> dict[str, KeySpec]:
+    """The own configuration keys of a registered method: the keys of its registered
+    ``config`` that :data:`CONFIG_KEYS` does not know, each typed by its default and bounded by
+    its ``ranges`` entry (:func:`~pall_avalanche.catalog.register_method`)."""
+    info = METHOD_INFO.get(method)
+    if info is None:
+        return {}
+    out = {}
+    for key, default in info.config.items():
+        if key in CONFIG_KEYS:
+            continue
+        low, high = info.ranges.get(key, (None, None))
+        rule = None
+        if low is not None or high is not None:
+            what = ("in [" + ("-inf" if low is None else f"{low:g}") + ", "
+                    + ("inf" if high is None else f"{high:g}") + "]")
+            rule = ((lambda v, lo=low, hi=high: (lo is None or v >= lo)
+                     and (hi is None or v <= hi)), what)
+        out[key] = _spec(type(default), rule, f"{info.label}'s own key, default {default!r}")
+    return out
+
+
+def _key_spec(name: str, method: str | None, where: str) -> KeySpec:
+    """The specification of configuration key ``name`` (of ``method``'s configuration, whose
+    own keys count too)."""
+    if name in CONFIG_KEYS:
+        return CONFIG_KEYS[name]
+    own = method_keys(method) if method is not None else {}
+    if name in own:
+        return own[name]
+    owners = [m for m in METHOD_INFO if name in method_keys(m)]
+    if owners:
+        raise ValueError(f"{where}: {name!r} is an own key of method {owners[0]!r}; set it "
+                         f"as methods.{owners[0]}.{name}=VALUE")
+    raise _unknown(name, where, [*CONFIG_KEYS, *own])
+
+
 def _type_ok(spec: KeySpec, value: Any) -> bool:
     if value is None:
         return spec.nullable
@@ -165,10 +204,12 @@ def _unknown(key: str, where: str, known: Iterable[str]) -> ValueError:
                       f"{', '.join(known)}")
 
 
-def check_setting(key: str, value: Any, where: str) -> None:
+def check_setting(key: str, value: Any, where: str, *, method: str | None = None) -> None:
     """Refuse an unknown (dotted) ``key`` or a bad ``value`` in one line that starts with
     ``where`` (``--set alpha=abc``, a file name, ``--epochs 0``).
 
+    :param method: the method whose (resolved) configuration holds the key: its own keys
+        (:func:`method_keys`) are known too; ``methods.<method>.<key>`` names the method itself.
     :raises ValueError: naming the key, the value and what is valid.
     """
     parts = key.split(".")
@@ -185,13 +226,12 @@ def check_setting(key: str, value: Any, where: str) -> None:
             for sub, item in value.items():
                 check_setting(f"{key}.{sub}", item, where)
             return
+        method = parts[1]
         parts = parts[2:]
         if parts[0] in ("methods", "seeds"):
             raise ValueError(f"{where}: {parts[0]!r} cannot be set per method")
     name = parts[0]
-    if name not in CONFIG_KEYS:
-        raise _unknown(name, where, CONFIG_KEYS)
-    spec = CONFIG_KEYS[name]
+    spec = _key_spec(name, method, where)
     if len(parts) > 1:
         if spec.kind is not dict:
             raise ValueError(f"{where}: {name} is not a mapping; set it as {name}=VALUE")
@@ -207,10 +247,11 @@ def check_setting(key: str, value: Any, where: str) -> None:
             check_setting(f"methods.{method}", overrides, where)
 
 
-def check_config(config: Mapping[str, Any], where: str) -> None:
-    """:func:`check_setting` for every key of ``config`` (a file's or a merged one)."""
+def check_config(config: Mapping[str, Any], where: str, *, method: str | None = None) -> None:
+    """:func:`check_setting` for every key of ``config`` (a file's or a merged one; with
+    ``method``, that method's resolved configuration)."""
     for key, value in config.items():
-        check_setting(key, value, where)
+        check_setting(key, value, where, method=method)
 
 
 def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
@@ -218,7 +259,7 @@ def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     by key and across keys (N_u ≤ T, the benchmark's classes split into T tasks); what the
     runner checks for every (method, configuration) before the first request."""
     resolved = resolve_method_config(config, method)
-    check_config(resolved, f"the configuration of {method!r}")
+    check_config(resolved, f"the configuration of {method!r}", method=method)
     n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="

@@ -26,6 +26,7 @@ from pall_avalanche.cli import (
     add_run_arguments,
     config_from_args,
     parse_methods,
+    parse_run_arguments,
     program_name,
     run_options,
 )
@@ -118,7 +119,7 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     :param script: the script's path as run (``benchmarks/fig3.py``), for the preamble.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = parse_run_arguments(parser, argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
     explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}

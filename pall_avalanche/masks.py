@@ -3,7 +3,12 @@
 One module owns everything PALL, WSN, PackNet and the sparse ablations share:
 
 - :func:`maskable_parameters` — the weights (and biases) of every ``Conv2d``/``Linear`` of a
-  backbone, plus the classifier head, whose rows are hard-wired per task (never scored).
+  backbone, plus a :class:`~pall_avalanche.models.TaskIncrementalNet`'s shared head, whose rows
+  are hard-wired per task (never scored); the per-task heads of a
+  :class:`~pall_avalanche.models.multitask.MultiHeadNet` (an Avalanche ``MultiHeadClassifier``)
+  are task parameters instead, like ViT's per-task tokens.
+- :func:`running_statistics_layers` — the norm layers with running statistics (BatchNorm's
+  default ``track_running_stats=True``), whose statistics are task state: one set per task.
 - :class:`MaskSet` — a set of entries over those parameters, stored **bit-packed** (1 bit per
   entry); set algebra (``|``, ``&``, ``-``), counting, packing to and from bool tensors.
 - :func:`topk_mask` — the per-layer mask keeping a fraction α of the entries with the largest
@@ -20,9 +25,10 @@ One module owns everything PALL, WSN, PackNet and the sparse ablations share:
   one slice it is the rule itself, bit for bit.
 - :class:`_MaskedWeight` — the fused straight-through estimator: forward ``where(m, w, 0)``,
   backward ``where(m, g, 0)`` to the weight and ``g·w·sign(s)`` to the score.
-- :class:`SubnetworkNet` — runs a :class:`~pall_avalanche.models.TaskIncrementalNet` under the
-  mask of the batch's task (``torch.func.functional_call``; nothing in the user's model is
-  replaced), with per-task masks unpacked once and cached for evaluation.
+- :class:`SubnetworkNet` — runs a task-incremental network
+  (:func:`~pall_avalanche.models.multitask.task_network`) under the mask and the normalisation
+  statistics of the batch's task (``torch.func.functional_call``; nothing in the user's model
+  is replaced), with per-task masks unpacked once and cached for evaluation.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from torch import nn
 from torch.func import functional_call
 
 from pall_avalanche.models.multihead import TaskIncrementalNet, forward_by_task
+from pall_avalanche.models.multitask import MultiHeadNet, task_network
 
 __all__ = [
     "HEAD",
@@ -51,6 +58,7 @@ __all__ = [
     "kth_smallest",
     "maskable_parameters",
     "restricted_topk_mask",
+    "running_statistics_layers",
     "selection_slices",
     "slice_counts",
     "subnetwork_mask",
@@ -64,26 +72,35 @@ QKV_SLICES = 3
 HEAD = "head.weight"
 
 
-def maskable_parameters(net: TaskIncrementalNet) -> dict[str, nn.Module]:
+def maskable_parameters(net: TaskIncrementalNet | MultiHeadNet) -> dict[str, nn.Module]:
     """Name → owning module of every maskable parameter: Conv2d/Linear weights and biases of
-    the backbone, then the head weight (masked by rows, not by scores)."""
+    the backbone, then, for a :class:`~pall_avalanche.models.TaskIncrementalNet`, the shared
+    head's weight (masked by rows, not by scores)."""
     out: dict[str, nn.Module] = {}
-    for module_name, module in net.backbone.named_modules():
+    for module_name, module in net.backbone_modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             for attr in ("weight", "bias"):
                 if getattr(module, attr, None) is not None:
-                    out[f"backbone.{module_name}.{attr}" if module_name else
-                        f"backbone.{attr}"] = module
-    out[HEAD] = net.head
+                    out[f"{module_name}.{attr}"] = module
+    if isinstance(net, TaskIncrementalNet):
+        out[HEAD] = net.head
     return out
 
 
-def selection_slices(net: TaskIncrementalNet) -> dict[str, int]:
+def running_statistics_layers(net: TaskIncrementalNet | MultiHeadNet
+                              ) -> dict[str, nn.modules.batchnorm._NormBase]:
+    """Name → module of every backbone norm layer with running statistics (``running_mean``,
+    ``running_var``, ``num_batches_tracked``: BatchNorm with ``track_running_stats=True``)."""
+    return {name: module for name, module in net.backbone_modules()
+            if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats}
+
+
+def selection_slices(net: TaskIncrementalNet | MultiHeadNet) -> dict[str, int]:
     """Name → number of selection slices of every maskable parameter (as
     :func:`maskable_parameters`): 3 for the weight and bias of a fused Q/K/V projection (the
     ``qkv`` ``Linear`` child of a timm ``Attention``), whose row blocks W_Q, W_K, W_V are
     selected as three separate layers, as in the paper's reference; 1 for every other tensor."""
-    fused = {id(module.qkv) for module in net.backbone.modules()
+    fused = {id(module.qkv) for _, module in net.backbone_modules()
              if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None),
                                                             nn.Linear)}
     return {name: QKV_SLICES if id(module) in fused and name != HEAD else 1
@@ -311,22 +328,37 @@ class SubnetworkNet(MultiTaskModule):
       layers (:func:`selection_slices`, docs/fidelity.md). The training forward and the
       stored mask both come from :func:`subnetwork_mask`.
     - Any other task (never learned, or unlearned) runs on the dense current weights.
+    - Normalisation statistics are task state. Every norm layer with running statistics
+      (:func:`running_statistics_layers`) runs, for task t, on t's own set
+      (:attr:`statistics`): the learning task's set starts fresh (as ``reset_running_stats``
+      leaves it) at :meth:`start_statistics` and is updated by its training forward passes
+      only; from :meth:`stop_statistics` on it is frozen, used whenever t is evaluated, and a
+      train-mode forward of t (PALL's retraining) normalises with batch statistics and leaves it
+      unchanged. A task without a set (never learned, or unlearned: :meth:`remove_mask`
+      deletes it) runs on fresh statistics. The model's own statistics buffers are never read
+      or written.
 
-    The wrapped network is used as is: its parameters are substituted per call through
-    ``torch.func.functional_call``.
+    The wrapped network is used as is: its parameters and statistics are substituted per call
+    through ``torch.func.functional_call``.
 
-    :param net: the network (backbone + multi-head output).
+    :param net: the network: a :class:`~pall_avalanche.models.TaskIncrementalNet` (backbone +
+        shared multi-head output) or a :class:`~pall_avalanche.models.multitask.MultiHeadNet`
+        (an Avalanche model with a ``MultiHeadClassifier``).
     :param alpha: per-layer connectivity of a task's subnetwork.
     """
 
-    def __init__(self, net: TaskIncrementalNet, alpha: float) -> None:
+    def __init__(self, net: TaskIncrementalNet | MultiHeadNet, alpha: float) -> None:
         super().__init__()
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha={alpha!r} must be in (0, 1] (the fraction of each "
                              "layer's entries a task subnetwork keeps)")
-        self.net = net
+        self.net = task_network(net)
         self.alpha = alpha
         self.maskable = maskable_parameters(net)
+        if not self.maskable:
+            raise ValueError(f"model {type(net.model).__name__} has no Conv2d/Linear layer "
+                             "outside its MultiHeadClassifier, so a subnetwork method has "
+                             "nothing to mask; add a feature layer before the classifier")
         params = dict(net.named_parameters())
         self.shapes = {name: params[name].shape for name in self.maskable}
         #: name → number of selection slices (3 for a fused Q/K/V projection, else 1).
@@ -340,20 +372,31 @@ class SubnetworkNet(MultiTaskModule):
         #: How many tasks' masks are kept unpacked at once (least recently used dropped).
         self.unpacked_cache = 2
         self._cache: dict[int, dict[str, torch.Tensor]] = {}
+        #: name → norm layer with running statistics (:func:`running_statistics_layers`).
+        self.norm_layers = running_statistics_layers(net)
+        #: task → its normalisation statistics (buffer name → tensor).
+        self.statistics: dict[int, dict[str, torch.Tensor]] = {}
+        #: The task whose statistics train-mode forward passes update (its learning request).
+        self.statistics_task: int | None = None
 
     # ------------------------------------------------------------------ parameters
     def weight(self, name: str) -> nn.Parameter:
         return self.net.get_parameter(name)
 
+    @property
+    def device(self) -> torch.device:
+        """The device of the maskable parameters."""
+        return self.weight(next(iter(self.maskable))).device
+
     def scored_names(self) -> list[str]:
         """Maskable parameters whose mask comes from scores (all but the head)."""
         return [name for name in self.maskable if name != HEAD]
 
-    def head_mask(self, task: int) -> torch.Tensor:
-        """The head rows of ``task`` as a bool mask over ``head.weight``."""
-        mask = torch.zeros(self.shapes[HEAD], dtype=torch.bool, device=self.weight(HEAD).device)
-        mask[self.net.head_rows(task)] = True
-        return mask
+    def head_masks(self, task: int) -> dict[str, torch.Tensor]:
+        """The maskable output entries of ``task`` (name → bool mask): its rows of a shared
+        head; none for per-task heads, which are task parameters."""
+        return {name: mask for name, mask in self.net.head_entries(task).items()
+                if name in self.maskable}
 
     def named_weights(self) -> Iterator[tuple[str, nn.Parameter]]:
         for name in self.maskable:
@@ -375,7 +418,7 @@ class SubnetworkNet(MultiTaskModule):
         if (eligible is None) != (keep is None):
             raise ValueError("start_learning needs both eligible and keep, or neither")
         if eligible is not None:
-            bools = eligible.bools(self.weight(HEAD).device)
+            bools = eligible.bools(self.device)
             counts = {}
             for name in self.scored_names():
                 slices = self.slices[name]
@@ -399,7 +442,7 @@ class SubnetworkNet(MultiTaskModule):
         assert self.scores is not None and self.learning_task is not None
         masks = {name: subnetwork_mask(score, *self.selection(name))
                  for name, score in zip(self.scored_names(), self.scores, strict=True)}
-        masks[HEAD] = self.head_mask(self.learning_task)
+        masks.update(self.head_masks(self.learning_task))
         return masks
 
     def selection(self, name: str) -> tuple:
@@ -420,8 +463,54 @@ class SubnetworkNet(MultiTaskModule):
         self._cache.pop(task, None)
 
     def remove_mask(self, task: int) -> MaskSet:
+        """Delete ``task``'s mask (returned) and its normalisation statistics."""
         self._cache.pop(task, None)
+        self.statistics.pop(task, None)
         return self.masks.pop(task)
+
+    # ------------------------------------------------------------------ statistics
+    def fresh_statistics(self) -> dict[str, torch.Tensor]:
+        """A fresh set of normalisation statistics (what ``reset_running_stats`` leaves: mean
+        0, variance 1, no batch tracked), buffer name → tensor."""
+        out = {}
+        for name, layer in self.norm_layers.items():
+            out[f"{name}.running_mean"] = torch.zeros_like(layer.running_mean)
+            out[f"{name}.running_var"] = torch.ones_like(layer.running_var)
+            out[f"{name}.num_batches_tracked"] = torch.zeros_like(layer.num_batches_tracked)
+        return out
+
+    def start_statistics(self, task: int) -> None:
+        """``task`` is learned from now on: it gets fresh statistics, which its train-mode
+        forward passes update until :meth:`stop_statistics`."""
+        if self.norm_layers:
+            self.statistics[task] = self.fresh_statistics()
+            self.statistics_task = task
+
+    def stop_statistics(self) -> None:
+        """Freeze the learning task's statistics (they stay stored with its mask)."""
+        self.statistics_task = None
+
+    def statistics_floats(self) -> int:
+        """Floats one task's statistics add to the inference size (running mean and variance
+        of every norm layer; the batch count is not needed for inference)."""
+        return sum(layer.running_mean.numel() + layer.running_var.numel()
+                   for layer in self.norm_layers.values())
+
+    def task_statistics(self, task: int) -> dict[str, torch.Tensor]:
+        """The statistics substituted in a forward pass of ``task``: its stored set (a copy in
+        train mode unless it is being learned, so only its own learning request changes it),
+        or fresh statistics for a task without one."""
+        if not self.norm_layers:
+            return {}
+        stored = self.statistics.get(task)
+        if stored is None:
+            return self.fresh_statistics()
+        device = self.device
+        if next(iter(stored.values())).device != device:
+            stored = self.statistics[task] = {n: b.to(device) for n, b in stored.items()}
+        if self.training and task != self.statistics_task:
+            return {name: buffer.clone() for name, buffer in stored.items()}
+        return stored
 
     def mask_state_dict(self) -> dict[str, torch.Tensor]:
         """The stored masks, bit-packed: task (as a string) → one ``uint8`` tensor, the packed
@@ -444,10 +533,19 @@ class SubnetworkNet(MultiTaskModule):
         self._cache.clear()
 
     def get_extra_state(self) -> dict[str, torch.Tensor]:
-        return self.mask_state_dict()
+        """The packed masks (:meth:`mask_state_dict`) and every task's statistics, keyed
+        ``"<task>/<buffer name>"``."""
+        return {**self.mask_state_dict(),
+                **{f"{task}/{name}": buffer for task, stored in self.statistics.items()
+                   for name, buffer in stored.items()}}
 
     def set_extra_state(self, state: Mapping[str, torch.Tensor]) -> None:
-        self.load_mask_state_dict(state)
+        self.load_mask_state_dict({key: v for key, v in state.items() if "/" not in key})
+        self.statistics = {}
+        for key, value in state.items():
+            if "/" in key:
+                task, name = key.split("/", 1)
+                self.statistics.setdefault(int(task), {})[name] = value
 
     def cumulative_mask(self, tasks: Iterable[int] | None = None) -> MaskSet:
         """OR of the stored masks of ``tasks`` (default: all stored)."""
@@ -470,9 +568,9 @@ class SubnetworkNet(MultiTaskModule):
 
     def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
         """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""
-        device = self.weight(HEAD).device
+        device = self.device
         masks = self._cache.pop(task, None)
-        if masks is None or masks[HEAD].device != device:
+        if masks is None or next(iter(masks.values())).device != device:
             masks = self.masks[task].bools(device)
         self._cache[task] = masks                       # now the most recently used
         while len(self._cache) > self.unpacked_cache:
@@ -496,7 +594,8 @@ class SubnetworkNet(MultiTaskModule):
 
     def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
         return forward_by_task(x, task_labels, lambda xs, task, labels: functional_call(
-            self.net, self.masked_parameters(task), (xs, labels), strict=False))
+            self.net, {**self.masked_parameters(task), **self.task_statistics(task)},
+            (xs, labels), strict=False))
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)

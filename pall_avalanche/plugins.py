@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from avalanche.models import MultiHeadClassifier
 from torch.nn import functional as F
 
 from pall_avalanche.core import UnlearningPlugin
-from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, draw_initial, mask_gradients_
+from pall_avalanche.masks import MaskSet, SubnetworkNet, draw_initial, mask_gradients_
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
@@ -45,7 +46,7 @@ __all__ = [
 def redraw_(net: SubnetworkNet, entries: MaskSet) -> None:
     """Re-draw the given entries of the maskable parameters from the initialisation
     distribution; every other entry stays bit-identical."""
-    for name, mask in entries.bools(net.weight(HEAD).device).items():
+    for name, mask in entries.bools(net.device).items():
         if mask.any():
             weight = net.weight(name)
             weight.copy_(torch.where(mask, draw_initial(net.maskable[name], name), weight))
@@ -178,13 +179,18 @@ def class_stratified_indices(labels: torch.Tensor, n: int) -> torch.Tensor:
 def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch: int
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eval-mode logits of ``x`` through ``task``'s head (and mask) and the penultimate
-    features (the output of the module named ``backbone``, captured by a forward hook; the
-    logits themselves when the network has none)."""
+    features, captured by a hook: the output of the module named ``backbone``, else the input
+    of a ``MultiHeadClassifier``; the logits themselves when the network has neither."""
+    captured: list[torch.Tensor] = []
     backbone = next((m for name, m in net.named_modules()
                      if name == "backbone" or name.endswith(".backbone")), None)
-    captured: list[torch.Tensor] = []
-    handle = (backbone.register_forward_hook(lambda _m, _i, out: captured.append(out))
-              if backbone is not None else None)
+    classifier = next((m for m in net.modules() if isinstance(m, MultiHeadClassifier)), None)
+    if backbone is not None:
+        handle = backbone.register_forward_hook(lambda _m, _i, out: captured.append(out))
+    elif classifier is not None:
+        handle = classifier.register_forward_pre_hook(lambda _m, args: captured.append(args[0]))
+    else:
+        handle = None
     was_training = net.training
     net.eval()
     try:
@@ -224,7 +230,7 @@ class MaskFreezingPlugin(UnlearningPlugin):
 
     def set_frozen(self, net: SubnetworkNet, frozen: MaskSet) -> None:
         """Freeze exactly ``frozen`` from the next backward pass on."""
-        device = net.weight(HEAD).device
+        device = net.device
         self._params = [w for _, w in net.named_weights()]
         self._trainable = [(~m).float() for m in frozen.bools(device).values()]
 

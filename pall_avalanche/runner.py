@@ -84,6 +84,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
 from pall_avalanche.checkpoint import (
     CHECKPOINT_FORMAT,
     capture_rng_state,
@@ -93,13 +94,15 @@ from pall_avalanche.checkpoint import (
 )
 from pall_avalanche.config import check_run_config, config_hash, resolve_method_config
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
-from pall_avalanche.data import build_benchmark
+from pall_avalanche.data import build_benchmark, check_benchmark
 from pall_avalanche.evaluation import (
     RequestLog,
     compute_metrics,
     model_size_mb,
     request_evaluator,
 )
+from pall_avalanche.extensions import load_plugins, loaded_plugins
+from pall_avalanche.extensions import provenance as extension_provenance
 from pall_avalanche.models import build_model
 from pall_avalanche.records import (
     CorruptFileError,
@@ -390,6 +393,8 @@ def _record(run: _Run) -> dict:
         "config": config,
         "config_hash": spec.hash,
         "versions": _versions(),
+        # the plugins loaded (file SHA-256 or package version): what code made the record
+        "plugins": extension_provenance(),
         "device": _device_info(run.device),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -559,16 +564,21 @@ def worker_device(device: str | torch.device, ordinal: int, n_visible: int) -> s
 
 
 def _init_worker(threads: int, parent: int | None = None, device: str = "cpu",
-                 started=None) -> None:
-    """Set up a worker process: torch threads, its own GPU (:func:`worker_device`: the
-    current CUDA device, so ``"cuda"`` means it), and exit as soon as the parent is gone.
+                 started=None, plugins: Sequence[str] = ()) -> None:
+    """Set up a worker process: torch threads, the parent's plugins, its own GPU
+    (:func:`worker_device`: the current CUDA device, so ``"cuda"`` means it), and exit as soon
+    as the parent is gone.
 
     :param threads: torch's intra-op threads.
     :param parent: the pid of the process that started the pool.
     :param device: the run's device.
     :param started: a shared counter of the workers started so far (gives the ordinal).
+    :param plugins: the parent's ``--plugin`` values
+        (:func:`~pall_avalanche.extensions.loaded_plugins`), loaded here too (a spawned process
+        starts with the built-in catalog only).
     """
     torch.set_num_threads(threads)
+    load_plugins(plugins)
     # a worker's own warnings (e.g. a failed learning request) print as one line, as the
     # parent's do
     warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
@@ -638,7 +648,7 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                     jobs: int = 1, checkpoints: bool = True,
                     wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
                     train_seed_offset: int | None = None,
-                    stats: dict[str, int] | None = None) -> list[dict]:
+                    stats: dict[str, int] | None = None, benchmark: Any = None) -> list[dict]:
     """Run every (method, seed) pair not already recorded under ``out_dir``; return all the
     records (loaded or new), in (method, seed) order.
 
@@ -668,6 +678,12 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         (:func:`run_record`'s ``train_seed``; its own records); ``None``: the seed itself.
     :param stats: counts added to (``ran``: records computed or waited for here, ``reused``:
         records found finished), for a closing summary.
+    :param benchmark: an Avalanche benchmark object to run instead of building
+        ``config["benchmark"]``: checked (:func:`~pall_avalanche.data.check_benchmark`) and
+        registered in this process under the name ``config["benchmark"]`` (which must not name
+        another benchmark), every seed on its fixed class split; runs in this process
+        (``jobs=1``: a spawned worker would not have it; register a builder with
+        :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -679,6 +695,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
+    if benchmark is not None:
+        _register_given(benchmark, config["benchmark"], jobs)
     for method in methods:      # every configuration checked before the first request
         check_run_config(config, method)
     pairs = [(m, s) for m in methods for s in seeds]
@@ -713,6 +731,33 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
                                     show_progress=show_progress, device=device))
     return [records[pair] for pair in pairs]
+
+
+class _Given:
+    """The builder of a benchmark object given to :func:`run_experiments`: the object itself,
+    whatever the seed."""
+
+    def __init__(self, benchmark: Any) -> None:
+        self.benchmark = benchmark
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.benchmark
+
+
+def _register_given(benchmark: Any, name: str, jobs: int) -> None:
+    """Register ``benchmark`` (an object) as ``name`` for this process (once)."""
+    if jobs != 1:
+        raise ValueError(f"jobs={jobs}: a benchmark object runs in this process only; use "
+                         "jobs=1, or register a builder with register_benchmark for workers")
+    info = BENCHMARK_INFO.get(name)
+    if info is not None:
+        if isinstance(info.builder, _Given) and info.builder.benchmark is benchmark:
+            return
+        raise ValueError(f"config['benchmark'] = {name!r} names a registered benchmark; give "
+                         "the benchmark object a name of its own there")
+    split = check_benchmark(benchmark, name=name)
+    register_benchmark(name, _Given(benchmark), n_classes=split.n_tasks * split.classes_per_task,
+                       default_n_tasks=split.n_tasks)
 
 
 def _check_format(path: Path, record: dict | None) -> None:
@@ -887,7 +932,7 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     pool = ProcessPoolExecutor(
                         max_workers=workers, mp_context=context, initializer=_init_worker,
                         initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid(),
-                                  str(device), context.Value("i", 0)))
+                                  str(device), context.Value("i", 0), loaded_plugins()))
                 running[pool.submit(_run_in_worker, *arguments(pair, False),
                                     heartbeat=lock.refresh)] = pair
             if running:

@@ -66,7 +66,7 @@ def _with_random_masks(net, n_masks: int, alpha: float) -> PALL:
     subnet = strategy.model
     for task in range(n_masks):
         masks = {name: torch.rand(shape) < alpha for name, shape in subnet.shapes.items()}
-        masks["head.weight"] = subnet.head_mask(task)
+        masks.update(subnet.head_masks(task))
         subnet.set_mask(task, MaskSet.from_bool(masks))
     return strategy
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from pall_avalanche.evaluation import compute_metrics
+from pall_avalanche.evaluation import compute_metrics, evaluate_tasks
 from pall_avalanche.requests import generate_requests
 from pall_avalanche.strategies import UnlearningPlugin
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def avalanche_script() -> str:
-    """The first Python block of the README's section "Using the strategies in Avalanche
-    code"."""
+def avalanche_script(block: int = 0) -> str:
+    """Python block ``block`` (0: the first) of the README's section "Using the strategies in
+    Avalanche code"."""
     text = README.read_text()
     section = text[text.index("## Using the strategies in Avalanche code"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section, re.S)[block]
 
 
 class Rates(UnlearningPlugin):
@@ -65,3 +65,14 @@ def test_the_readme_avalanche_script_runs_and_logs_the_papers_metrics(capfd):
     # the scheduler's rate trains: 0.04, 0.02, 0.01 in every learning request
     assert len(rates.per_request) == 5
     assert all(r == [[0.04], [0.02], [0.01]] for r in rates.per_request)
+
+
+def test_the_readme_avalanche_model_block_runs_pall_on_mtsimplemlp():
+    namespace: dict = {}
+    exec(compile(avalanche_script(1), str(README), "exec"), namespace)
+    strategy, benchmark = namespace["strategy"], namespace["benchmark"]
+    requests = generate_requests(n_tasks=5, n_unlearn=3, seed=0)
+    assert set(strategy.active_tasks) == requests.active_sets()[-1]
+    assert type(strategy.model.net.model).__name__ == "MTSimpleMLP"
+    accuracy = evaluate_tasks(strategy.model, benchmark.test_stream, 64)
+    assert all(accuracy[t] > 75.0 for t in strategy.active_tasks), accuracy

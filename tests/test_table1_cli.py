@@ -109,7 +109,7 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has
 
 @pytest.mark.parametrize("args, message", [
     (["--methods", "sequential,magic"], "unknown method(s) ['magic']"),
-    (["--benchmark", "mnist"], "no configuration for benchmark 'mnist'; available: "),
+    (["--benchmark", "mnist"], "--benchmark mnist: unknown benchmark; valid: digits, cifar10, "),
     (["--requests", "<BAD>"], "request 2 (U1): task 1 is unlearned before it was learned"),
     (["--requests", "<EMPTY>"], "--requests <EMPTY>: the list holds no request"),
     (["--n-unlearn", "9"], "n_unlearn=9 is invalid for 'sequential': at most n_tasks=5"),

@@ -101,7 +101,7 @@ def test_training_forward_and_current_mask_take_top_k_per_qkv_slice():
             n = score.numel() // 3
             k_kept = n - round((1.0 - alpha) * (n - 1))        # 174 of 576 (no ties)
             assert per_slice(expected) == [k_kept] * 3
-    assert torch.equal(stored[HEAD], net.head_mask(0))
+    assert torch.equal(stored[HEAD], net.head_masks(0)[HEAD])
 
 
 def test_pall_stores_the_per_slice_top_k_of_its_final_scores():

@@ -1,4 +1,6 @@
-"""Benchmark builders: a registry from name to a task-incremental Avalanche benchmark.
+"""Benchmarks: a registered builder (:func:`~pall_avalanche.catalog.register_benchmark`; the
+built-in :func:`digits`, :func:`cifar10`, :func:`cifar100` and :func:`tinyimagenet`) returns a
+task-incremental Avalanche benchmark, checked by :func:`check_benchmark`.
 
 ``build_benchmark("digits", seed=0)`` needs no download (scikit-learn ships the data);
 ``cifar10``, ``cifar100`` and ``tinyimagenet`` read the official files under ``data_root``
@@ -7,9 +9,8 @@ and download them where the machine can.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLScenario
@@ -17,7 +18,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torchvision.transforms import v2
 
-from pall_avalanche.catalog import BENCHMARK_INFO
+from pall_avalanche.catalog import BENCHMARK_INFO, load
 from pall_avalanche.data.cifar import load_cifar
 from pall_avalanche.data.tasks import (
     TaskSplit,
@@ -27,12 +28,15 @@ from pall_avalanche.data.tasks import (
 from pall_avalanche.data.tinyimagenet import load_tinyimagenet
 
 __all__ = [
-    "BENCHMARKS",
-    "BenchmarkSpec",
     "TaskSplit",
     "build_benchmark",
+    "check_benchmark",
+    "cifar10",
+    "cifar100",
     "class_order_for_seed",
+    "digits",
     "task_incremental_benchmark_from_tensors",
+    "tinyimagenet",
 ]
 
 # Normalisation statistics (the paper's).
@@ -41,34 +45,6 @@ CIFAR100_STATS = ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))
 TINYIMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """A registered benchmark: its class count, default and valid task counts, and loader."""
-
-    name: str
-    n_classes: int
-    default_n_tasks: int
-    builder: Callable[..., CLScenario]
-
-    def valid_n_tasks(self) -> list[int]:
-        return [k for k in range(2, self.n_classes + 1) if self.n_classes % k == 0]
-
-
-BENCHMARKS: dict[str, BenchmarkSpec] = {}
-
-
-def _register(name: str):
-    """Register the builder of the benchmark ``name`` described in
-    :data:`~pall_avalanche.catalog.BENCHMARK_INFO`."""
-    info = BENCHMARK_INFO[name]
-
-    def decorate(builder: Callable[..., CLScenario]) -> Callable[..., CLScenario]:
-        BENCHMARKS[name] = BenchmarkSpec(name, info.n_classes, info.default_n_tasks, builder)
-        return builder
-
-    return decorate
 
 
 def build_benchmark(
@@ -80,27 +56,90 @@ def build_benchmark(
     train_per_task: int | None = None,
     download: bool = True,
 ) -> CLScenario:
-    """Build a registered benchmark.
+    """Build a registered benchmark and check it (:func:`check_benchmark`).
 
-    :param name: one of ``BENCHMARKS`` (digits, cifar10, cifar100, tinyimagenet).
+    :param name: a registered benchmark (digits, cifar10, cifar100, tinyimagenet, or one of a
+        plugin's).
     :param seed: picks the random allocation of classes to tasks (and any subsample).
-    :param n_tasks: number of tasks (default: the paper's; TinyImageNet takes 20, 40 or 100).
+    :param n_tasks: number of tasks (default: the benchmark's; TinyImageNet takes 20, 40 or
+        100).
     :param data_root: folder holding (or receiving) the dataset files; default ``./data``.
     :param train_per_task: subsample each task's training set to this size (reduced runs).
     :param download: download missing files where the machine can.
     """
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; valid benchmarks are {sorted(BENCHMARKS)}")
-    spec = BENCHMARKS[name]
-    n_tasks = spec.default_n_tasks if n_tasks is None else n_tasks
-    if n_tasks not in spec.valid_n_tasks():
+    if name not in BENCHMARK_INFO:
+        raise ValueError(f"unknown benchmark {name!r}; valid benchmarks are "
+                         f"{sorted(BENCHMARK_INFO)}")
+    info = BENCHMARK_INFO[name]
+    n_tasks = info.default_n_tasks if n_tasks is None else n_tasks
+    if n_tasks not in info.valid_n_tasks():
         raise ValueError(
-            f"n_tasks={n_tasks} is not valid for {name} ({spec.n_classes} classes); valid values "
-            f"are {spec.valid_n_tasks()}"
+            f"n_tasks={n_tasks} is not valid for {name} ({info.n_classes} classes); valid values "
+            f"are {info.valid_n_tasks()}"
         )
     root = Path("data") if data_root is None else Path(data_root)
-    return spec.builder(seed=seed, n_tasks=n_tasks, root=root, train_per_task=train_per_task,
-                        download=download)
+    benchmark = load(info.builder)(seed=seed, n_tasks=n_tasks, root=root,
+                                   train_per_task=train_per_task, download=download)
+    benchmark.split = check_benchmark(benchmark, name=name, n_tasks=n_tasks,
+                                      train_per_task=train_per_task)
+    return benchmark
+
+
+def check_benchmark(benchmark: Any, *, name: str, n_tasks: int | None = None,
+                    train_per_task: int | None = None) -> TaskSplit:
+    """Check that ``benchmark`` is task-incremental as the strategies and metrics need it, and
+    return its :class:`TaskSplit` (``benchmark.split`` where the builder made one).
+
+    Checked: a ``train_stream`` and a ``test_stream`` of one experience per task (``n_tasks``
+    of them when given), experience t with task label t alone, the same classes in both
+    streams of a task, labelled 0 .. c−1, and the same c in every task. Nothing is drawn from
+    any random stream (training inputs are not transformed).
+
+    :param name: the benchmark's name, for messages.
+    :raises ValueError: one line naming the benchmark, the stream and experience, and the
+        problem.
+    """
+    def fail(problem: str) -> ValueError:
+        return ValueError(f"benchmark {name!r}: {problem}")
+
+    streams = {}
+    for stream in ("train_stream", "test_stream"):
+        experiences = list(getattr(benchmark, stream, None) or ())
+        if not experiences:
+            raise fail(f"it has no {stream}; a builder returns an Avalanche benchmark with a "
+                       "train_stream and a test_stream")
+        if n_tasks is not None and len(experiences) != n_tasks:
+            raise fail(f"its {stream} has {len(experiences)} experiences, expected one per task "
+                       f"({n_tasks})")
+        streams[stream] = experiences
+    if len(streams["train_stream"]) != len(streams["test_stream"]):
+        raise fail(f"its train_stream has {len(streams['train_stream'])} experiences, its "
+                   f"test_stream {len(streams['test_stream'])}: one per task in each")
+    classes_per_task = None
+    for stream, experiences in streams.items():
+        for t, exp in enumerate(experiences):
+            labels = list(getattr(exp, "task_labels", None) or ())
+            if labels != [t]:
+                raise fail(f"{stream}[{t}] has task labels {labels}, expected [{t}] (experience "
+                           "t holds task t alone; Avalanche's with_task_labels adds them)")
+            classes = sorted({int(y) for y in exp.dataset.targets})
+            if classes != list(range(len(classes))):
+                raise fail(f"{stream}[{t}] has classes {classes[:10]}; each task's labels "
+                           "must be 0 .. c-1")
+            if classes_per_task is None:
+                classes_per_task = len(classes)
+            elif len(classes) != classes_per_task:
+                raise fail(f"{stream}[{t}] has {len(classes)} classes, task 0 has "
+                           f"{classes_per_task}: every task needs the same number")
+    split = getattr(benchmark, "split", None)
+    if isinstance(split, TaskSplit):
+        return split
+    test = streams["test_stream"]
+    return TaskSplit(
+        name=name, n_tasks=len(test), classes_per_task=classes_per_task, class_order=(),
+        input_shape=tuple(test[0].dataset.eval()[0][0].shape),
+        train_sizes=tuple(len(e.dataset) for e in streams["train_stream"]),
+        test_sizes=tuple(len(e.dataset) for e in test), train_per_task=train_per_task)
 
 
 def _image_transforms(stats, train_augment: list) -> tuple[v2.Compose, v2.Compose]:
@@ -108,8 +147,7 @@ def _image_transforms(stats, train_augment: list) -> tuple[v2.Compose, v2.Compos
     return v2.Compose([*train_augment, *to_float]), v2.Compose(to_float)
 
 
-@_register("digits")
-def _digits(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
+def digits(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     """scikit-learn's 8x8 digits (1,797 images), a fixed stratified 80/20 split, standardised
     with the training mean and std; inputs are (1, 8, 8) float tensors, no augmentation."""
     digits = load_digits()
@@ -139,20 +177,17 @@ def _cifar(name: str, stats, *, seed, n_tasks, root, train_per_task, download) -
     )
 
 
-@_register("cifar10")
-def _cifar10(**kwargs) -> CLScenario:
+def cifar10(**kwargs) -> CLScenario:
     """S-CIFAR10: 5 tasks x 2 classes, RandomCrop(32, 4) + flip, CIFAR-10 normalisation."""
     return _cifar("cifar10", CIFAR10_STATS, **kwargs)
 
 
-@_register("cifar100")
-def _cifar100(**kwargs) -> CLScenario:
+def cifar100(**kwargs) -> CLScenario:
     """S-CIFAR100: 10 tasks x 10 classes, RandomCrop(32, 4) + flip, CIFAR-100 normalisation."""
     return _cifar("cifar100", CIFAR100_STATS, **kwargs)
 
 
-@_register("tinyimagenet")
-def _tinyimagenet(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
+def tinyimagenet(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     """S-TinyImageNet: 20 x 10 (or 40 x 5, 100 x 2), RandomResizedCrop(64) + flip; the test
     split is the official validation split."""
     arrays = load_tinyimagenet(root, download=download)

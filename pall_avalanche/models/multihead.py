@@ -8,7 +8,7 @@ and every Avalanche strategy pass the task labels through.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from avalanche.models import MultiTaskModule
@@ -58,6 +58,17 @@ class TaskIncrementalNet(MultiTaskModule):
     def head_rows(self, task: int) -> slice:
         """The rows of ``head.weight`` that belong to ``task``."""
         return slice(task * self.classes_per_task, (task + 1) * self.classes_per_task)
+
+    def head_entries(self, task: int) -> dict[str, torch.Tensor]:
+        """Name → bool mask of ``task``'s output entries: its rows of ``head.weight``."""
+        rows = torch.zeros_like(self.head.weight, dtype=torch.bool)
+        rows[self.head_rows(task)] = True
+        return {"head.weight": rows}
+
+    def backbone_modules(self) -> Iterator[tuple[str, nn.Module]]:
+        """(name, module) of every module of the backbone, the modules all tasks share."""
+        for name, module in self.backbone.named_modules():
+            yield (f"backbone.{name}" if name else "backbone"), module
 
     def task_parameters(self, task: int) -> list[nn.Parameter]:
         """Backbone parameters only ``task`` uses (e.g. ViT's per-task tokens); the head rows

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["cifar_resnet"]
+__all__ = ["cifar_resnet", "resnet18", "resnet34"]
 
 BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 WIDTHS = (64, 128, 256, 512)
@@ -59,3 +59,13 @@ def cifar_resnet(input_shape: tuple[int, ...], depth: int = 18) -> tuple[nn.Modu
     if depth not in BLOCKS:
         raise ValueError(f"depth={depth} is not supported; valid depths are {sorted(BLOCKS)}")
     return CifarResNet(depth, in_channels=input_shape[0]), WIDTHS[-1]
+
+
+def resnet18(input_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
+    """The CIFAR ResNet-18 backbone (:func:`cifar_resnet`)."""
+    return cifar_resnet(input_shape, depth=18)
+
+
+def resnet34(input_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
+    """The CIFAR ResNet-34 backbone (:func:`cifar_resnet`)."""
+    return cifar_resnet(input_shape, depth=34)

@@ -32,6 +32,7 @@ from pall_avalanche.cli import (
     config_from_args,
     main_guard,
     parse_methods,
+    parse_run_arguments,
     program_name,
     run_options,
 )
@@ -84,7 +85,7 @@ def main(argv=None) -> None:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, default_out="results/audit")
     parser.set_defaults(methods=AUDIT_METHODS)
-    args = parser.parse_args(argv)
+    args = parse_run_arguments(parser, argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
     if args.n_unlearn is not None:

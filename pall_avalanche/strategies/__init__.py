@@ -1,4 +1,5 @@
-"""Strategies: every method of the paper as an Avalanche strategy that can also unlearn."""
+"""Strategies: every method of the paper as an Avalanche strategy that can also unlearn
+(registered by name in :mod:`pall_avalanche.catalog`)."""
 
 from pall_avalanche.catalog import ABLATION_METHODS, TABLE1_ALPHAS, TABLE1_METHODS
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
@@ -11,7 +12,6 @@ from pall_avalanche.strategies.pall import PALL
 from pall_avalanche.strategies.registry import (
     METHODS,
     MethodSpec,
-    bind_method,
     build_strategy,
     make_optimizer,
     register_method,
@@ -21,14 +21,6 @@ from pall_avalanche.strategies.sequential import Sequential
 from pall_avalanche.strategies.sparse import DynamicSparse, StaticSparse
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 from pall_avalanche.strategies.wsn import WSN
-
-for _name, _strategy in {
-    "sequential": Sequential, "independent": Independent, "pall": PALL, "pall_beta0": PALL,
-    "pall_strict": PALL, "er": ER, "derpp": DERpp, "gem": GEM, "er_retrain": ERRetraining,
-    "ewc": EWC, "lwf": LwF, "lsf": LSF, "packnet": PackNet, "wsn": WSN,
-    "static_sparse": StaticSparse, "dynamic_sparse": DynamicSparse,
-}.items():
-    bind_method(_name, _strategy)
 
 __all__ = [
     "ABLATION_METHODS",
@@ -54,7 +46,6 @@ __all__ = [
     "UnlearningPlugin",
     "UnlearningTemplate",
     "WSN",
-    "bind_method",
     "build_strategy",
     "make_optimizer",
     "register_method",

@@ -64,6 +64,7 @@ from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
+from pall_avalanche.models.multitask import adapt_model
 from pall_avalanche.streams import UnlearnExperience
 
 __all__ = ["AMP_MODES", "LR_SCHEDULES", "DivergedError", "UnlearningPlugin",
@@ -98,6 +99,10 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
     :param channels_last: keep the model and 4-d inputs in channels-last memory layout (a
         speed option; results equal up to floating-point reduction order).
+    :param n_tasks: the number of tasks T, for an Avalanche model with a
+        ``MultiHeadClassifier`` (``MTSimpleMLP``, ``as_multitask(model, "classifier")``, ...),
+        which is wrapped in a :class:`~pall_avalanche.models.multitask.MultiHeadNet` with the
+        heads of all T tasks; a :class:`~pall_avalanche.models.TaskIncrementalNet` knows its T.
     """
 
     PLUGIN_CLASS = UnlearningPlugin
@@ -109,7 +114,8 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
-                 amp: str | None = None, channels_last: bool = False, **kwargs) -> None:
+                 amp: str | None = None, channels_last: bool = False,
+                 n_tasks: int | None = None, **kwargs) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule={lr_schedule!r} is invalid; valid: {LR_SCHEDULES}")
         if amp not in AMP_MODES:
@@ -125,7 +131,7 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                 CosineAnnealingLR(optimizer, T_max=kwargs.get("train_epochs", 1)),
                 step_granularity="epoch", reset_scheduler=True, reset_lr=True)
             plugins.insert(0, self._cosine)
-        super().__init__(model=model, optimizer=optimizer,
+        super().__init__(model=adapt_model(model, n_tasks), optimizer=optimizer,
                          criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
                          plugins=plugins, **kwargs)
         self._optimizer_class = type(optimizer)
@@ -222,6 +228,14 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     def trains_head_only(self) -> bool:
         """Whether the current training phase trains only the task's head rows (the warm-up of
         LwF and LSF); penalties on the shared weights skip it. Default: no."""
+        return False
+
+    @classmethod
+    def retrains_from_scratch(cls) -> bool:
+        """Whether unlearning re-draws the whole model and retrains it from what remains
+        (ER (Retraining)): the other tasks' predictions change, no parameter survives. The
+        contract check of exact methods (:mod:`pall_avalanche.check_method`) asks. Default:
+        no."""
         return False
 
     def stores_logits(self) -> bool:

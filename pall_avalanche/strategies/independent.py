@@ -11,6 +11,7 @@ from torch import nn
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multihead import forward_by_task
+from pall_avalanche.models.multitask import adapt_model
 from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["Independent", "IndependentModels"]
@@ -60,11 +61,14 @@ class Independent(UnlearningTemplate):
     """Trains a fresh copy of ``model`` (re-initialised) for every task and deletes it on
     unlearning: exact unlearning, no forgetting, inference size d × |Ω|.
 
-    :param model: the architecture; it is wrapped in :class:`IndependentModels`.
+    :param model: the architecture, wrapped in :class:`IndependentModels` (an Avalanche
+        model with a ``MultiHeadClassifier`` first gets the heads of all ``n_tasks`` tasks:
+        :func:`~pall_avalanche.models.multitask.adapt_model`).
     """
 
     def __init__(self, *, model: nn.Module, **kwargs) -> None:
-        super().__init__(model=IndependentModels(model), **kwargs)
+        super().__init__(model=IndependentModels(adapt_model(model, kwargs.get("n_tasks"))),
+                         **kwargs)
 
     def model_adaptation(self, model=None):
         model = super().model_adaptation(model)

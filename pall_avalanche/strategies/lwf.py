@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import check_non_negative
 
@@ -126,26 +127,23 @@ class TaskLwFPlugin(LwFPlugin, UnlearningPlugin):
 
 class HeadWarmupTemplate(UnlearningTemplate):
     """A learning request in two phases (LwF, LSF; paper appendix): the first
-    ``train_epochs // 2`` epochs train only the new task's head rows (every other parameter and
-    head row frozen, weight decay on those rows only), the remaining epochs train every
-    parameter with a fresh optimizer. :meth:`trains_head_only` tells plugins which phase runs.
-    A request with no earlier active task skips the warm-up (:attr:`warmup_epochs` is 0): all its
-    epochs train every parameter.
+    ``train_epochs // 2`` epochs train only the new task's head entries (its rows of a shared
+    head, or its own head of a ``MultiHeadClassifier``; every other parameter and entry frozen,
+    weight decay on those entries only), the remaining epochs train every parameter with a fresh
+    optimizer. :meth:`trains_head_only` tells plugins which phase runs. A request with no
+    earlier active task skips the warm-up (:attr:`warmup_epochs` is 0): all its epochs train
+    every parameter.
 
     Takes every keyword argument of :class:`UnlearningTemplate`; ``model`` must be a
-    :class:`TaskIncrementalNet`.
+    task-incremental network (:func:`~pall_avalanche.models.multitask.task_network`).
     """
 
     def __init__(self, *, model: nn.Module, **kwargs) -> None:
-        if not isinstance(model, TaskIncrementalNet):
-            raise ValueError(
-                f"{type(self).__name__} needs a TaskIncrementalNet (per-task head rows), got "
-                f"{type(model).__name__}"
-            )
-        super().__init__(model=model, **kwargs)
+        super().__init__(model=task_network(model, kwargs.get("n_tasks")), **kwargs)
         self.head_only = False
         self._frozen: list[nn.Parameter] = []
-        self._rows = torch.zeros(())
+        self._head: list[nn.Parameter] = []
+        self._rows: list[torch.Tensor] = []
 
     @property
     def warmup_epochs(self) -> int:
@@ -157,13 +155,15 @@ class HeadWarmupTemplate(UnlearningTemplate):
         if self.warmup_epochs == 0:
             super().make_optimizer(**kwargs)
             return
-        head = self.model.head.weight
-        self._frozen = [p for p in self.model.parameters() if p.requires_grad and p is not head]
+        entries = self.model.head_entries(self.experience.task_label)
+        self._head = [self.model.get_parameter(name) for name in entries]
+        head = {id(p) for p in self._head}
+        self._frozen = [p for p in self.model.parameters()
+                        if p.requires_grad and id(p) not in head]
         for p in self._frozen:
             p.requires_grad_(False)
-        self._rows = torch.zeros_like(head)
-        self._rows[self.model.head_rows(self.experience.task_label)] = 1.0
-        self.renew_optimizer([{"params": [head], "weight_decay": 0.0}])
+        self._rows = [rows.float() for rows in entries.values()]
+        self.renew_optimizer([{"params": self._head, "weight_decay": 0.0}])
         self.head_only = True
 
     def trains_head_only(self) -> bool:
@@ -189,7 +189,7 @@ class HeadWarmupTemplate(UnlearningTemplate):
 
     def _after_backward(self, **kwargs) -> None:
         if self.head_only:
-            mask_gradients_([self.model.head.weight], [self._rows], self.weight_decay)
+            mask_gradients_(self._head, self._rows, self.weight_decay)
         super()._after_backward(**kwargs)
 
     def _after_training_exp(self, **kwargs) -> None:

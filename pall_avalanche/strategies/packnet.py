@@ -23,11 +23,12 @@ remove a task: its masks are nested per weight). A learning request of task t, w
    task is pruned after its single epoch, without fine-tuning.
 
 The head rows of t are t's own and never pruned (like PALL's hard-wired head). BatchNorm
-needs nothing: the project's ResNets have BN without affine parameters or running
-statistics, so no BN state is shared across tasks. Unlearning deletes m_t only; every weight
-stays (inexact, F_u = 0; docs/fidelity.md, "Baselines"). Model size: 1 bit per maskable
-entry per stored mask, as for PALL and WSN (the nested masks of the active tasks could be
-packed into one task index per entry; the paper counts T binary masks).
+running statistics, where a model has them, are t's own too (one set per task, kept by
+:class:`~pall_avalanche.masks.SubnetworkNet`), so no BN state is shared across tasks.
+Unlearning deletes m_t only; every weight stays (inexact, F_u = 0; docs/fidelity.md,
+"Baselines"). Model size: 1 bit per maskable entry per stored mask, as for PALL and WSN (the
+nested masks of the active tasks could be packed into one task index per entry; the paper
+counts T binary masks).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, by_slice, slice_counts
+from pall_avalanche.masks import MaskSet, SubnetworkNet, by_slice, slice_counts
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 
 __all__ = ["PackNet", "magnitude_keep_mask"]
@@ -117,7 +118,7 @@ class PackNet(SubnetworkStrategy):
         optimizer."""
         net: SubnetworkNet = self.model
         task = self.experience.task_label
-        device = net.weight(HEAD).device
+        device = net.device
         earlier = net.cumulative_mask(self.active_tasks).bools(device)
         fraction = self.keep_fraction()
         own, mask = {}, {}
@@ -129,7 +130,9 @@ class PackNet(SubnetworkStrategy):
             own[name] = magnitude_keep_mask(weight, free, keep, slices)
             weight.masked_fill_(free & ~own[name], 0.0)
             mask[name] = own[name] | earlier[name]
-        own[HEAD] = mask[HEAD] = net.head_mask(task)
+        head = net.head_masks(task)
+        own.update(head)
+        mask.update(head)
         net.set_mask(task, MaskSet.from_bool(mask))
         self.freezing.set_frozen(net, MaskSet.from_bool(own).complement())
         self.make_optimizer()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pall_avalanche.masks import HEAD, MaskSet, RetrainingLedger, SubnetworkNet
+from pall_avalanche.masks import MaskSet, RetrainingLedger, SubnetworkNet
 from pall_avalanche.models import count_parameters
 from pall_avalanche.plugins import (
     EpisodicMemory,
@@ -32,7 +32,9 @@ class PALL(SubnetworkStrategy):
     """PALL as an Avalanche strategy.
 
     :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` (any backbone of
-        Conv2d/Linear layers) or an already wrapped :class:`~pall_avalanche.masks.SubnetworkNet`.
+        Conv2d/Linear layers), an Avalanche ``MultiTaskModule`` with a ``MultiHeadClassifier``
+        (with ``n_tasks``; each task's head is its own) or an already wrapped
+        :class:`~pall_avalanche.masks.SubnetworkNet`.
     :param optimizer: its class and hyper-parameters are used for every request (SGD or Adam);
         weight decay is applied to free entries only, never to scores.
     :param alpha: α, per-layer connectivity of a task subnetwork (0.1 ⇒ 90 % sparse).
@@ -58,7 +60,7 @@ class PALL(SubnetworkStrategy):
         if not isinstance(strict_cascade, bool):
             raise ValueError(f"strict_cascade={strict_cascade!r} must be true or false")
         self.strict_cascade = strict_cascade
-        net = as_subnetwork_net(model, alpha)
+        net = as_subnetwork_net(model, alpha, kwargs.get("n_tasks"))
         check_replay_settings(beta, n_retrain_iters)
         self.n_retrain_iters = n_retrain_iters
         self.resetting = WeightResettingPlugin(redraw_unused=True)
@@ -133,7 +135,7 @@ class PALL(SubnetworkStrategy):
         β·MSE(f_{θ⊙m_τ}(x'), z') on a second one (batch_size // |Ω| each), averaged over
         tasks. The remaining tasks' masks stay unpacked for the N_f steps."""
         net: SubnetworkNet = self.model
-        device = net.weight(HEAD).device
+        device = net.device
         params = [w for _, w in net.named_weights()]
         trainable = [m.float() for m in entries.bools(device).values()]
         with net.unpacked(len(tasks)):

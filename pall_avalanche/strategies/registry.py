@@ -1,17 +1,15 @@
-"""Method registry: a name maps to a strategy class and its description
-(:class:`~pall_avalanche.catalog.MethodInfo`: whether its unlearning is exact, which
-configuration keys it takes, its label), so ``--methods pall,ewc`` is a lookup.
-
-The descriptions of the built-in methods live in :mod:`pall_avalanche.catalog` (read without
-torch by the command line and the reports); :func:`bind_method` gives each its class. Adding a
-method is one module with its strategy plus one :func:`register_method` call (description and
-class at once).
+"""Methods by name: :data:`METHODS` gives each method of the catalog
+(:data:`~pall_avalanche.catalog.METHOD_INFO`, filled by
+:func:`~pall_avalanche.catalog.register_method`) with its strategy class loaded, so
+``--methods pall,ewc`` is a lookup, and :func:`build_strategy` builds one from a resolved
+configuration. The built-in methods and a user's are registered the same way, once, in the
+catalog.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,18 +18,11 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from torch import nn
 
-from pall_avalanche.catalog import (
-    DENSE_SIZE,
-    INDEPENDENT_SIZE,
-    METHOD_INFO,
-    SUBNETWORK_SIZE,
-    MethodInfo,
-    describe_method,
-)
+from pall_avalanche.catalog import METHOD_INFO, MethodInfo, load, register_method
+from pall_avalanche.config import method_keys
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["METHODS", "MethodSpec", "bind_method", "build_strategy", "make_optimizer",
-           "register_method"]
+__all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -53,43 +44,27 @@ class MethodSpec:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-METHODS: dict[str, MethodSpec] = {}
+class _Methods(Mapping[str, MethodSpec]):
+    """Name → :class:`MethodSpec` of every registered method, its strategy class loaded on
+    first use (:func:`~pall_avalanche.catalog.load`)."""
+
+    def __getitem__(self, name: str) -> MethodSpec:
+        info = METHOD_INFO[name]
+        strategy = load(info.strategy)
+        if not (isinstance(strategy, type) and issubclass(strategy, UnlearningTemplate)):
+            raise ValueError(f"method {name!r}: {info.where} is not a strategy class (a "
+                             "subclass of pall_avalanche.strategies.UnlearningTemplate)")
+        return MethodSpec(info, strategy)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(METHOD_INFO)
+
+    def __len__(self) -> int:
+        return len(METHOD_INFO)
 
 
-def bind_method(name: str, strategy: type[UnlearningTemplate]) -> MethodSpec:
-    """Give the described method ``name`` (:data:`~pall_avalanche.catalog.METHOD_INFO`) its
-    strategy class."""
-    if name in METHODS:
-        raise ValueError(f"method {name!r} is already registered "
-                         f"({METHODS[name].strategy.__name__}); pick another name")
-    if name not in METHOD_INFO:
-        raise ValueError(f"method {name!r} is not described; use register_method")
-    spec = MethodSpec(METHOD_INFO[name], strategy)
-    METHODS[name] = spec
-    return spec
-
-
-def _size(strategy: type[UnlearningTemplate]) -> str:
-    from pall_avalanche.strategies.independent import Independent
-    from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
-
-    if issubclass(strategy, Independent):
-        return INDEPENDENT_SIZE
-    return SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else DENSE_SIZE
-
-
-def register_method(name: str, strategy: type[UnlearningTemplate], *, exact: bool,
-                    params: Sequence[str] = (), label: str | None = None,
-                    optional: Sequence[str] = (), config: Mapping[str, Any] | None = None
-                    ) -> MethodSpec:
-    """Describe and register a method (see :class:`~pall_avalanche.catalog.MethodInfo` for
-    the arguments; Table 1's symbolic model size follows from the strategy's class)."""
-    if name in METHODS:
-        raise ValueError(f"method {name!r} is already registered "
-                         f"({METHODS[name].strategy.__name__}); pick another name")
-    describe_method(name, exact=exact, params=params, label=label, optional=optional,
-                    config=config, size=_size(strategy))
-    return bind_method(name, strategy)
+#: Every registered method with its strategy class.
+METHODS: Mapping[str, MethodSpec] = _Methods()
 
 
 def make_optimizer(config: Mapping, params) -> torch.optim.Optimizer:
@@ -107,7 +82,9 @@ def make_optimizer(config: Mapping, params) -> torch.optim.Optimizer:
 def build_strategy(name: str, *, model: nn.Module, config: Mapping,
                    plugins: Sequence[BasePlugin] = (), device: str | torch.device = "cpu",
                    evaluator: EvaluationPlugin | None = None) -> UnlearningTemplate:
-    """Build method ``name`` from a resolved configuration (see ``pall_avalanche/configs``).
+    """Build method ``name`` from a resolved configuration (see ``pall_avalanche/configs``);
+    the method's own keys (:func:`~pall_avalanche.config.method_keys`) are passed as keyword
+    arguments too, at their registered defaults where the configuration lacks them.
 
     :param evaluator: the strategy's Avalanche evaluator; give
         :func:`~pall_avalanche.evaluation.request_evaluator` (or an ``EvaluationPlugin`` with
@@ -138,4 +115,5 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
         evaluator=evaluator,
         **{k: config[k] for k in spec.params},
         **{k: config[k] for k in spec.optional if k in config},
+        **{k: config.get(k, spec.config[k]) for k in method_keys(name)},
     )

@@ -31,6 +31,7 @@ from avalanche.training.plugins import GEMPlugin
 from torch import nn
 
 from pall_avalanche.models.init import reinitialize_
+from pall_avalanche.models.multitask import task_network
 from pall_avalanche.plugins import EpisodicMemory, ReplayObjective, check_replay_settings
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
@@ -141,8 +142,10 @@ class ReplayTemplate(UnlearningTemplate):
     class-stratified mini-batches, a whole one from B^t), then deletes B^t. Subclasses choose
     what learning adds.
 
-    :param model: a task-incremental model with ``n_tasks`` and ``classes_per_task``
-        (:class:`~pall_avalanche.models.TaskIncrementalNet`).
+    :param model: a task-incremental model: a
+        :class:`~pall_avalanche.models.TaskIncrementalNet`, or an Avalanche ``MultiTaskModule``
+        with a ``MultiHeadClassifier`` and ``n_tasks``
+        (:func:`~pall_avalanche.models.multitask.task_network`).
     :param buffer_size: total episodic memory, split a priori over the model's T tasks.
     :param n_retrain_iters: N_f, fine-tuning steps per unlearning request.
     :param beta: weight of the logit (MSE) term in every replay loss (0: plain ER).
@@ -151,15 +154,10 @@ class ReplayTemplate(UnlearningTemplate):
 
     def __init__(self, *, model: nn.Module, buffer_size: int, n_retrain_iters: int = 50,
                  beta: float = 0.0, replay: bool = True, plugins=None, **kwargs) -> None:
-        n_tasks = getattr(model, "n_tasks", None)
-        classes_per_task = getattr(model, "classes_per_task", None)
-        if n_tasks is None or classes_per_task is None:
-            raise ValueError(
-                f"model {type(model).__name__} has no n_tasks/classes_per_task; the replay "
-                "baselines need a task-incremental model (pall_avalanche.models.build_model)"
-            )
+        model = task_network(model, kwargs.get("n_tasks"))
         self.memory = EpisodicMemory(
-            buffer_size=buffer_size, n_tasks=n_tasks, classes_per_task=classes_per_task,
+            buffer_size=buffer_size, n_tasks=model.n_tasks,
+            classes_per_task=model.classes_per_task,
             store_logits=beta > 0, delete_on_unlearning=False,
         )
         check_replay_settings(beta, n_retrain_iters)
@@ -235,6 +233,10 @@ class ERRetraining(ER):
             raise ValueError(f"retrain_epochs={retrain_epochs!r} must be an integer >= 0")
         self.retrain_epochs = retrain_epochs
         super().__init__(n_retrain_iters=0, **kwargs)
+
+    @classmethod
+    def retrains_from_scratch(cls) -> bool:
+        return True
 
     def retrain_steps(self) -> int:
         """Steps of the retraining from scratch on the active tasks' buffers."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet
+from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.plugins import WeightResettingPlugin, redraw_
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
 
@@ -88,7 +88,7 @@ class StaticSparse(IndependentSubnetworks):
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, plugins=None,
                  **kwargs) -> None:
-        net = as_subnetwork_net(model)
+        net = as_subnetwork_net(model, n_tasks=kwargs.get("n_tasks"))
         n_tasks = net.net.n_tasks
         #: scored tensor name → the task owning each entry (int16, CPU).
         self.owner: dict[str, torch.Tensor] = {}
@@ -105,7 +105,7 @@ class StaticSparse(IndependentSubnetworks):
         """Task ``task``'s part of the partition, with its head rows."""
         net: SubnetworkNet = self.model
         bools = {name: owner == task for name, owner in self.owner.items()}
-        return MaskSet.from_bool({**bools, HEAD: net.head_mask(task)})
+        return MaskSet.from_bool({**bools, **net.head_masks(task)})
 
     def start_task(self, task: int) -> None:
         self.model.set_mask(task, self.part(task))

@@ -4,9 +4,17 @@ PALL, WSN, PackNet and the two sparse ablations all wrap the model in a
 :class:`~pall_avalanche.masks.SubnetworkNet` (task t runs with ``w ⊙ m_t``), freeze entries with
 a :class:`~pall_avalanche.plugins.MaskFreezingPlugin` while a task trains, give every task its
 own token parameters where the backbone has them (ViT's CLS token and positional embedding,
-docs/fidelity.md, "Models") and count one bit per maskable entry per stored mask in the model
-size. They differ only in how a task's mask is chosen (:meth:`SubnetworkStrategy.start_task`), which
-entries it may train (:meth:`SubnetworkStrategy.frozen_entries`) and how it is unlearned.
+docs/fidelity.md, "Models"), keep one set of normalisation statistics per task (BatchNorm's
+running statistics: fresh when the task's learning request starts, frozen after it, deleted on
+unlearning; :class:`~pall_avalanche.masks.SubnetworkNet`) and count one bit per maskable entry
+and the statistics' floats per stored mask in the model size. They differ only in how a task's
+mask is chosen (:meth:`SubnetworkStrategy.start_task`), which entries it may train
+(:meth:`SubnetworkStrategy.frozen_entries`) and how it is unlearned.
+
+The model is a :class:`~pall_avalanche.models.TaskIncrementalNet` or an Avalanche
+``MultiTaskModule`` with a ``MultiHeadClassifier`` (wrapped in a
+:class:`~pall_avalanche.models.multitask.MultiHeadNet`, given ``n_tasks``), whose per-task
+heads are task parameters: trained by their task only, frozen after it.
 """
 
 from __future__ import annotations
@@ -16,20 +24,25 @@ from torch import nn
 
 from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import count_parameters
+from pall_avalanche.models.multitask import task_network
 from pall_avalanche.plugins import MaskFreezingPlugin
 from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["SubnetworkStrategy", "as_subnetwork_net"]
 
 
-def as_subnetwork_net(model: nn.Module, alpha: float = 1.0) -> SubnetworkNet:
-    """``model`` itself if it is a :class:`SubnetworkNet`, else ``model`` wrapped in one.
+def as_subnetwork_net(model: nn.Module, alpha: float = 1.0, n_tasks: int | None = None
+                      ) -> SubnetworkNet:
+    """``model`` itself if it is a :class:`SubnetworkNet`, else its task-incremental network
+    (:func:`~pall_avalanche.models.multitask.task_network`) wrapped in one.
 
-    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a SubnetworkNet.
+    :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet`, an Avalanche
+        ``MultiTaskModule`` with a ``MultiHeadClassifier``, or a SubnetworkNet.
     :param alpha: connectivity of score-selected masks (unused by methods without scores).
+    :param n_tasks: the number of tasks T (needed for an Avalanche model).
     """
     if not isinstance(model, SubnetworkNet):
-        return SubnetworkNet(model, alpha)
+        return SubnetworkNet(task_network(model, n_tasks), alpha)
     if model.alpha != alpha:
         raise ValueError(f"the SubnetworkNet given has alpha={model.alpha}, the strategy "
                          f"alpha={alpha}; pass the same value, or the unwrapped network")
@@ -62,7 +75,8 @@ class SubnetworkStrategy(UnlearningTemplate):
     t's mask and changes no parameter (WSN, PackNet); exact methods override ``_unlearn``.
 
     :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` (any backbone of
-        Conv2d/Linear layers) or an already wrapped :class:`~pall_avalanche.masks.SubnetworkNet`.
+        Conv2d/Linear layers), an Avalanche ``MultiTaskModule`` with a ``MultiHeadClassifier``
+        (with ``n_tasks``) or an already wrapped :class:`~pall_avalanche.masks.SubnetworkNet`.
     :param optimizer: its class and hyper-parameters are used for every request (SGD or Adam).
     :param alpha: per-layer connectivity of score-selected masks (default 1: no scores).
     :param plugins: further plugins; they run after the method's own (freezing first).
@@ -76,7 +90,7 @@ class SubnetworkStrategy(UnlearningTemplate):
                  alpha: float = 1.0, plugins=None, **kwargs) -> None:
         self.freezing = MaskFreezingPlugin(float(optimizer.defaults.get("weight_decay", 0.0)),
                                            frozen=lambda strategy: strategy.frozen_entries())
-        net = as_subnetwork_net(model, alpha)
+        net = as_subnetwork_net(model, alpha, kwargs.get("n_tasks"))
         _check_every_parameter_is_trained(net)
         super().__init__(model=net, optimizer=optimizer,
                          plugins=[self.freezing, *(plugins or [])], **kwargs)
@@ -85,8 +99,13 @@ class SubnetworkStrategy(UnlearningTemplate):
     def model_adaptation(self, model=None):
         model = super().model_adaptation(model)
         if self.is_training:
+            self.model.start_statistics(self.experience.task_label)
             self.start_task(self.experience.task_label)
         return model
+
+    def _after_training_exp(self, **kwargs) -> None:
+        self.model.stop_statistics()
+        super()._after_training_exp(**kwargs)
 
     def start_task(self, task: int) -> None:
         """Prepare the model for learning ``task`` (default: fresh scores)."""
@@ -130,10 +149,12 @@ class SubnetworkStrategy(UnlearningTemplate):
 
     # --------------------------------------------------------------- model size
     def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:
-        """(float parameters of the network, 1 bit per maskable entry per stored mask).
+        """(float parameters of the network and the normalisation statistics of every stored
+        task, 1 bit per maskable entry per stored mask).
 
         :param n_tasks: the size with that many stored masks (default: the stored ones now).
         """
         net: SubnetworkNet = self.model
         masks = len(net.masks) if n_tasks is None else n_tasks
-        return count_parameters(net.net), MaskSet.empty(net.shapes).n_entries() * masks
+        return (count_parameters(net.net) + net.statistics_floats() * masks,
+                MaskSet.empty(net.shapes).n_entries() * masks)
