@@ -123,7 +123,9 @@ __all__ = ["LOCK_POLL_SECONDS", "RECORD_FORMAT", "CheckpointWriter", "RunSpec",
            "WandbRequestLogger", "checkpoint_path", "lock_path", "record_path",
            "run_experiments", "run_record", "run_spec", "seed_everything", "worker_device"]
 
-RECORD_FORMAT = 1
+#: The record layout (2: evaluation draws nothing from the training's random stream, the
+#: record lists its plugins); a results folder holding another format is refused.
+RECORD_FORMAT = 2
 #: How often a run waiting for records locked by another process looks again (seconds).
 LOCK_POLL_SECONDS = 2.0
 #: How often the waiting note is repeated while nothing changes (seconds).
