@@ -236,9 +236,9 @@ def test_records_of_another_format_are_not_reused(tmp_path, capsys):
             "--report-dir", str(tmp_path / "rep"), *FAST]
     assert run_main(args, capsys)[0] == 0
     (path,) = (tmp_path / "out").rglob("seed0.json")
-    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 0}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 1}))   # older code
     code, _, err = run_main(args, capsys)
-    assert code == 2 and "has record format 0; this version writes format 1" in err
+    assert code == 2 and "has record format 1; this version writes format 2" in err
 
 
 def table_rows(markdown: str) -> list[list[str]]:
