@@ -52,7 +52,7 @@ from pall_avalanche.catalog import AUDIT_REQUESTS
 from pall_avalanche.core import RequestResult
 from pall_avalanche.masks import SubnetworkNet
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runner import run_experiments
+from pall_avalanche.runs import run_experiments
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
 __all__ = [
@@ -445,7 +445,7 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     :param config: a full configuration.
     :param requests: the audited sequence R (it must unlearn a task).
     :param options: further keyword arguments of
-        :func:`~pall_avalanche.runner.run_experiments` (``device``, ``jobs``, ``wandb``,
+        :func:`~pall_avalanche.runs.run_experiments` (``device``, ``jobs``, ``wandb``,
         ``show_progress``); checkpoints are off (the probe's state is not checkpointed).
     """
     if len(seeds) < 2:

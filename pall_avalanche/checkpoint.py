@@ -14,7 +14,7 @@ A checkpoint file (:func:`save_checkpoint`) loads with ``torch.load(..., weights
 Tensors keep their device: resume on the device the run started on. A checkpoint file that
 cannot be loaded (random bytes, truncated, empty, refused by ``weights_only``, another
 format) raises :class:`~pall_avalanche.records.CorruptFileError` naming the file, so that the
-runner can set it aside and start afresh (:mod:`pall_avalanche.runner`).
+runner can set it aside and start afresh (:mod:`pall_avalanche.runs`).
 """
 
 from __future__ import annotations

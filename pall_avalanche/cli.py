@@ -199,7 +199,7 @@ def check_writable(folder: Path, option: str) -> None:
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`~pall_avalanche.runner.run_experiments` that the
+    """The keyword arguments of :func:`~pall_avalanche.runs.run_experiments` that the
     flags of :func:`add_run_arguments` set (``device``, ``show_progress``, ``jobs``,
     ``checkpoints``, ``wandb``): ``run_experiments(..., **run_options(args))``.
 

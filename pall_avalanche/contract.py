@@ -19,7 +19,7 @@ from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import request_evaluator
 from pall_avalanche.models import build_model
-from pall_avalanche.runner import run_record, seed_everything
+from pall_avalanche.runs import run_record, seed_everything
 from pall_avalanche.strategies import METHODS, build_strategy
 
 __all__ = ["run_contract"]

@@ -1,5 +1,5 @@
 """The one path every paper script takes: parse → grid of configuration overrides × methods ×
-seeds → records (:func:`~pall_avalanche.runner.run_experiments`, resumable) → frame →
+seeds → records (:func:`~pall_avalanche.runs.run_experiments`, resumable) → frame →
 report (:mod:`pall_avalanche.report`).
 
 A script in ``benchmarks/`` declares its sweep as :class:`GridPoint` objects and its table
@@ -176,7 +176,7 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
     if options["wandb"] is not None and options["wandb"].group is None:
         # One W&B group for the whole script: every point's runs and the table run.
         options["wandb"] = replace(options["wandb"], group=default_group(run.config))
-    from pall_avalanche.runner import run_experiments  # torch: only once something runs
+    from pall_avalanche.runs import run_experiments  # torch: only once something runs
 
     records = []
     for point, methods, config, requests in plan:

@@ -248,7 +248,7 @@ class WandbRun:
         """Log a finished record: metrics, model size and timings as the run summary, the
         accuracy matrix as a table and as a heatmap image.
 
-        :param record: a result record (``runner.run_record``).
+        :param record: a result record (``runs.run_record``).
         :param path: where the record was written (kept in the summary).
         """
         def body():
@@ -307,7 +307,7 @@ def wandb_run(settings: WandbSettings | None, *, method: str, seed: int,
     :param config: what the record is the result of (logged as the run's config): the
         resolved configuration, plus the replayed requests or training seed when given.
     :param group: default group when ``settings.group`` is not set.
-    :param identity: the record's hash (its folder; ``runner.RunSpec.hash``); ``None``: the
+    :param identity: the record's hash (its folder; ``runs.RunSpec.hash``); ``None``: the
         hash of ``config``.
     """
     name = identity if identity is not None else config_hash(config)

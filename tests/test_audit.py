@@ -30,7 +30,7 @@ from pall_avalanche.audit import (
 )
 from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
 from pall_avalanche.records import read_record
-from pall_avalanche.runner import record_path, run_record
+from pall_avalanche.runs import record_path, run_record
 from pall_avalanche.streams import RequestStream
 
 AUDIT_CONFIG = {**FAST_CONFIG, "epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}

@@ -239,7 +239,7 @@ def test_registration_refuses_what_it_cannot_use():
 def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
     from pall_avalanche.cli import benchmark_config
     from pall_avalanche.config import CONFIG_DIR
-    from pall_avalanche.runner import run_experiments
+    from pall_avalanche.runs import run_experiments
 
     digits = plugin_module().digits_in_order(seed=0, n_tasks=5, root=None, train_per_task=None,
                                              download=False)

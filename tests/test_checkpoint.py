@@ -23,7 +23,7 @@ from pall_avalanche.checkpoint import (
 from pall_avalanche.cli import add_run_arguments, run_options
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.records import read_record
-from pall_avalanche.runner import checkpoint_path, record_path, run_experiments, run_record
+from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
 from pall_avalanche.strategies import METHODS, UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
@@ -208,7 +208,7 @@ def test_cli_jobs_and_no_checkpoint_flags():
 
 
 def test_workers_take_the_visible_gpus_round_robin():
-    from pall_avalanche.runner import worker_device
+    from pall_avalanche.runs import worker_device
 
     assert [worker_device("cuda", k, 4) for k in range(6)] == [
         "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]

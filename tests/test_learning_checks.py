@@ -66,7 +66,7 @@ def test_the_check_leaves_the_training_randomness_alone():
 def test_records_carry_the_learning_checks(tmp_path):
     from helpers import FAST_CONFIG, seq
 
-    from pall_avalanche.runner import run_record
+    from pall_avalanche.runs import run_record
 
     requests = seq("L0 L1 U0 L2")
     record = run_record("sequential", 0, FAST_CONFIG, requests=requests)

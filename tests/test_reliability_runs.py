@@ -25,7 +25,8 @@ import pytest
 import torch
 from helpers import FAST_CONFIG, seq
 
-import pall_avalanche.runner as runner
+import pall_avalanche.runs.batch as batch
+import pall_avalanche.runs.engine as engine
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from pall_avalanche.cli import main_guard
 from pall_avalanche.records import (
@@ -40,7 +41,7 @@ from pall_avalanche.records import (
     write_json_atomic,
 )
 from pall_avalanche.report import load_records, write_report
-from pall_avalanche.runner import (
+from pall_avalanche.runs import (
     checkpoint_path,
     lock_path,
     record_path,
@@ -104,7 +105,7 @@ def debris(out: Path) -> list[str]:
 @pytest.fixture(autouse=True)
 def bounded_waits(monkeypatch):
     """A run that waits for another owner fails after 60 s instead of hanging the tests."""
-    show, first = runner._WaitNote.show, []
+    show, first = batch._WaitNote.show, []
 
     def show_or_give_up(note, waiting):
         first.append(time.monotonic())
@@ -112,7 +113,7 @@ def bounded_waits(monkeypatch):
             raise AssertionError(f"still waiting for {waiting} after 60 s")
         show(note, waiting)
 
-    monkeypatch.setattr(runner._WaitNote, "show", show_or_give_up)
+    monkeypatch.setattr(batch._WaitNote, "show", show_or_give_up)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def clean(tmp_path_factory) -> dict:
 def _compete(out: Path, logs: Path, barrier, results) -> None:
     """One of two processes running the same four records on ``out`` (forked child)."""
     torch.set_num_threads(1)
-    real = runner.run_spec
+    real = engine.run_spec
 
     def logged(spec, **kwargs):
         with (logs / f"{os.getpid()}.log").open("a") as f:
@@ -134,8 +135,8 @@ def _compete(out: Path, logs: Path, barrier, results) -> None:
         time.sleep(0.5)  # a record takes a while: the other process must find work left
         return real(spec, **kwargs)
 
-    runner.run_spec = logged
-    runner.LOCK_POLL_SECONDS = 0.1
+    engine.run_spec = logged
+    batch.LOCK_POLL_SECONDS = 0.1
     barrier.wait(timeout=60)
     records = run(out, methods=("sequential", "ewc"), seeds=(0, 1))
     results.put([(r["method"], r["seed"], r["resumed_after"], r["accuracy"],
@@ -229,7 +230,7 @@ def test_a_lock_taken_while_a_stale_one_is_broken_is_put_back(tmp_path, monkeypa
 
 def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monkeypatch,
                                                                  capfd, clean):
-    monkeypatch.setattr(runner, "LOCK_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.1)
     out = tmp_path / "out"
     path = path_of(out)
     owner = sleeper()
@@ -243,7 +244,7 @@ def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monke
 
         thread = threading.Thread(target=other_owner_finishes)
         thread.start()
-        monkeypatch.setattr(runner, "run_spec", not_called)
+        monkeypatch.setattr(engine, "run_spec", not_called)
         started = time.monotonic()
         record, = run(out)
         waited = time.monotonic() - started
@@ -260,7 +261,7 @@ def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monke
 
 def test_a_deferred_record_is_taken_over_when_its_owner_dies(tmp_path, monkeypatch, capfd,
                                                              clean):
-    monkeypatch.setattr(runner, "LOCK_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.1)
     out = tmp_path / "out"
     owner = sleeper()
     lock = plant_lock(path_of(out), owner.pid)
@@ -300,7 +301,7 @@ def test_leftovers_of_killed_runs_are_removed(tmp_path, monkeypatch):
     assert not planted[2].exists() and not planted[3].exists()  # seed 1 was computed
     assert records[0] == json.loads(finished) and records[1]["seed"] == 1
     lock.unlink()
-    monkeypatch.setattr(runner, "run_spec", not_called)
+    monkeypatch.setattr(engine, "run_spec", not_called)
     again = run(out, seeds=(0, 1))
     assert again == records and done.read_bytes() == finished
     assert debris(out) == []
@@ -339,8 +340,8 @@ def test_a_checkpoint_that_vanishes_before_loading_means_none(tmp_path, monkeypa
         Path(path).unlink()
         return load_checkpoint(path, device)
 
-    monkeypatch.setattr(runner, "load_checkpoint", vanished)
-    record = runner.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    monkeypatch.setattr(engine, "load_checkpoint", vanished)
+    record = engine.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt)
     assert record["accuracy"] == clean["accuracy"] and record["resumed_after"] == []
 
 
@@ -451,7 +452,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_last_good_one(tmp_path, 
     resumes after it."""
     sizes = []
     measured = tmp_path / "measure.ckpt"
-    runner.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=measured,
+    engine.run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=measured,
                       heartbeat=lambda: sizes.append(measured.stat().st_size))
     page = os.statvfs(small_disk).f_frsize
     pages = [-(-size // page) for size in sizes]
@@ -520,9 +521,9 @@ import os, runpy, sys, time
 from pathlib import Path
 
 log, barrier, script = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-import pall_avalanche.runner as runner
+import pall_avalanche.runs.engine as engine
 
-real = runner.run_spec
+real = engine.run_spec
 
 
 def logged(spec, **kwargs):
@@ -531,7 +532,7 @@ def logged(spec, **kwargs):
     return real(spec, **kwargs)
 
 
-runner.run_spec = logged
+engine.run_spec = logged
 (barrier / str(os.getpid())).touch()
 while len(list(barrier.iterdir())) < 2:
     time.sleep(0.02)
@@ -574,7 +575,7 @@ def test_two_command_line_runs_on_one_out_split_the_work(tmp_path):
 
 @pytest.mark.slow  # a process pool: ~10 s of spawning
 def test_jobs_defer_locked_records_and_relay_worker_warnings(tmp_path, monkeypatch, clean):
-    monkeypatch.setattr(runner, "LOCK_POLL_SECONDS", 0.2)
+    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.2)
     out = tmp_path / "out"
     ckpt = checkpoint_path(path_of(out, seed=0))
     ckpt.parent.mkdir(parents=True)

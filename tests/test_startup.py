@@ -73,7 +73,7 @@ def test_every_script_helps_and_refuses_without_torch(tmp_path, script, args, co
 
 
 def test_reading_records_and_writing_the_report_needs_no_torch(tmp_path):
-    from pall_avalanche.runner import record_path, run_record
+    from pall_avalanche.runs import record_path, run_record
 
     record = run_record("sequential", 0, {**FAST_CONFIG, "epochs": 1, "train_per_task": 40},
                         requests=seq("L0 L1 U0"))

@@ -143,7 +143,7 @@ def test_record_model_size_is_the_most_the_method_can_reach(method):
     from pall_avalanche.evaluation import model_size_mb
     from pall_avalanche.masks import MaskSet, SubnetworkNet
     from pall_avalanche.models import build_model
-    from pall_avalanche.runner import run_record
+    from pall_avalanche.runs import run_record
 
     record = run_record(method, 0, {**FAST_CONFIG, "epochs": 1, "train_per_task": 40})
     d = count_parameters(build_model("mlp", input_shape=(1, 8, 8), n_tasks=5,

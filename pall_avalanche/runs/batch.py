@@ -1,0 +1,274 @@
+"""The batch driver: every (method, seed) record of a configuration, reused when finished,
+computed here or in worker processes under its lock otherwise, with progress and waiting for
+records other processes compute (:func:`run_experiments`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
+from pall_avalanche.config import check_run_config
+from pall_avalanche.core import DivergedError
+from pall_avalanche.data import check_benchmark
+from pall_avalanche.records import RecordLock, RunWarning, describe_lock
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.engine import RunOptions, run_and_write
+from pall_avalanche.runs.pool import run_in_worker, start_pool
+from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
+from pall_avalanche.strategies import METHODS
+from pall_avalanche.wandb_logging import WandbSettings, default_group
+
+__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "run_experiments"]
+
+#: How often a run waiting for records locked by another process looks again (seconds).
+LOCK_POLL_SECONDS = 2.0
+#: How often the waiting note is repeated while nothing changes (seconds).
+WAIT_NOTE_SECONDS = 300.0
+
+
+def _failed(method: str, seed: int, err: BaseException) -> Exception:
+    """``err`` re-raised with the run named (a ValueError stays a ValueError)."""
+    message = f"run of method {method!r} seed {seed} failed: {type(err).__name__}: {err}"
+    return ValueError(message) if isinstance(err, ValueError) else RuntimeError(message)
+
+
+def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
+                    out_dir: str | Path, *, requests: RequestSequence | list | None = None,
+                    device: str | torch.device = "cpu", show_progress: bool = True,
+                    jobs: int = 1, checkpoints: bool = True,
+                    wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
+                    train_seed_offset: int | None = None,
+                    stats: dict[str, int] | None = None, benchmark: Any = None) -> list[dict]:
+    """Run every (method, seed) pair not already recorded under ``out_dir``; return all the
+    records (loaded or new), in (method, seed) order.
+
+    Other processes may run on the same ``out_dir`` at the same time: each record is computed
+    by the process holding its lock (``seed<k>.lock``), the others wait for it and read it;
+    stale locks are broken, leftovers of killed runs deleted, corrupt checkpoints and records
+    set aside with a :class:`~pall_avalanche.records.RunWarning`, and a record that cannot be
+    written is kept in :func:`unsaved_path` (module docstring).
+
+    :param methods: names from ``METHODS``.
+    :param seeds: the seeds.
+    :param config: a full configuration.
+    :param out_dir: the records' root folder (:func:`record_path`).
+    :param requests: replay this sequence for every seed instead of generated ones.
+    :param device: where to train.
+    :param show_progress: progress bars.
+    :param jobs: run the missing records in this many parallel processes (spawned; each uses
+        ``max(1, cpu_count // jobs)`` torch threads and, with ``device="cuda"`` on a machine
+        with several GPUs, its own GPU). The records are the same as with 1.
+    :param checkpoints: checkpoint every run after each request next to its record and resume
+        from such a checkpoint (:func:`run_record`); ``False``: neither.
+    :param wandb: W&B settings: one W&B run per new record (reused records are not logged
+        again); ``None``: no W&B.
+    :param probe: a picklable probe factory (:func:`run_record`); a stored record without a
+        ``probe`` is then run again.
+    :param train_seed_offset: train seed ``s`` with training seed ``s + offset``
+        (:func:`run_record`'s ``train_seed``; its own records); ``None``: the seed itself.
+    :param stats: counts added to (``ran``: records computed or waited for here, ``reused``:
+        records found finished), for a closing summary.
+    :param benchmark: an Avalanche benchmark object to run instead of building
+        ``config["benchmark"]``: checked (:func:`~pall_avalanche.data.check_benchmark`) and
+        registered in this process under the name ``config["benchmark"]`` (which must not name
+        another benchmark), every seed on its fixed class split; runs in this process
+        (``jobs=1``: a spawned worker would not have it; register a builder with
+        :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; valid methods are {sorted(METHODS)}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} is invalid; it must be an integer >= 1")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
+    if probe is not None and checkpoints:
+        raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
+    if benchmark is not None:
+        _register_given(benchmark, config["benchmark"], jobs)
+    for method in methods:      # every configuration checked before the first request
+        check_run_config(config, method)
+    pairs = [(m, s) for m in methods for s in seeds]
+    train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
+                   for s in seeds}
+    specs = {pair: RunSpec.of(*pair, config, requests, train_seeds[pair[1]]) for pair in pairs}
+    paths = {pair: spec.record_path(out_dir) for pair, spec in specs.items()}
+
+    def usable(record: dict | None) -> bool:
+        return record is not None and (probe is None or "probe" in record)
+
+    records = {}
+    for pair, path in paths.items():
+        records[pair] = peek_record(path)
+        if usable(records[pair]) and has_leftovers(path):
+            # delete an orphan checkpoint and temporaries if no live owner holds the lock;
+            # best effort: a read-only results folder is still read
+            with contextlib.suppress(OSError):
+                lock, _ = claim(path, usable)
+                if lock is not None:        # the record changed meanwhile: computed below
+                    lock.release()
+    missing = [pair for pair in pairs if not usable(records[pair])]
+    if stats is not None:
+        stats["ran"] = stats.get("ran", 0) + len(missing)
+        stats["reused"] = stats.get("reused", 0) + len(pairs) - len(missing)
+
+    def arguments(pair: tuple[str, int], progress: bool) -> tuple:
+        return (specs[pair], paths[pair], RunOptions(str(device), checkpoints, progress, wandb,
+                                                   probe, default_group(config)))
+
+    if missing:
+        records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
+                                    show_progress=show_progress, device=device))
+    return [records[pair] for pair in pairs]
+
+
+class _Given:
+    """The builder of a benchmark object given to :func:`run_experiments`: the object itself,
+    whatever the seed."""
+
+    def __init__(self, benchmark: Any) -> None:
+        self.benchmark = benchmark
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.benchmark
+
+
+def _register_given(benchmark: Any, name: str, jobs: int) -> None:
+    """Register ``benchmark`` (an object) as ``name`` for this process (once)."""
+    if jobs != 1:
+        raise ValueError(f"jobs={jobs}: a benchmark object runs in this process only; use "
+                         "jobs=1, or register a builder with register_benchmark for workers")
+    info = BENCHMARK_INFO.get(name)
+    if info is not None:
+        if isinstance(info.builder, _Given) and info.builder.benchmark is benchmark:
+            return
+        raise ValueError(f"config['benchmark'] = {name!r} names a registered benchmark; give "
+                         "the benchmark object a name of its own there")
+    split = check_benchmark(benchmark, name=name)
+    register_benchmark(name, _Given(benchmark), n_classes=split.n_tasks * split.classes_per_task,
+                       default_n_tasks=split.n_tasks)
+
+
+class _WaitNote:
+    """The note on stderr while records locked by other processes are awaited: when the set
+    of awaited records changes, else every :data:`WAIT_NOTE_SECONDS`."""
+
+    def __init__(self) -> None:
+        self.last: tuple[frozenset, float] | None = None
+
+    def show(self, waiting: Sequence[Path]) -> None:
+        key, now = frozenset(waiting), time.monotonic()
+        if self.last is not None and self.last[0] == key and \
+                now - self.last[1] < WAIT_NOTE_SECONDS:
+            return
+        self.last = (key, now)
+        first = lock_path(waiting[0])
+        print(f"pall_avalanche: waiting for {len(waiting)} record(s) that other processes are "
+              f"computing, e.g. {first} ({describe_lock(first)}); checking every "
+              f"{LOCK_POLL_SECONDS:g} s", file=sys.stderr, flush=True)
+
+
+class _Progress:
+    """Progress over records: a tqdm bar on a terminal; in a log (stderr not a terminal) one
+    plain line per finished record, without escape codes or carriage returns."""
+
+    def __init__(self, total: int, desc: str, show: bool) -> None:
+        self.total, self.desc, self.count = total, desc, 0
+        self.show, self.tty = show, sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, desc=desc, disable=not (show and self.tty))
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+
+    def update(self, pair: tuple[str, int], how: str = "done") -> None:
+        self.count += 1
+        self.bar.update()
+        if self.show and not self.tty:
+            print(f"{self.desc}: {self.count}/{self.total} {pair[0]} seed {pair[1]} {how} "
+                  f"({time.perf_counter() - self.start:.0f} s)", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Path],
+                 usable: Callable[[dict | None], bool],
+                 arguments: Callable[[tuple[str, int], bool], tuple], *, jobs: int,
+                 show_progress: bool, device: str | torch.device = "cpu"
+                 ) -> dict[tuple[str, int], dict]:
+    """Compute or collect the ``missing`` records under their locks (module docstring):
+    free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
+    once their owner wrote them or their lock went stale."""
+    done: dict[tuple[str, int], dict] = {}
+    todo = list(missing)
+    held: dict[tuple[str, int], RecordLock] = {}
+    running: dict[Future, tuple[str, int]] = {}
+    workers = min(jobs, len(missing))
+    pool: ProcessPoolExecutor | None = None
+    note = _WaitNote()
+    bar = _Progress(len(missing), "runs" if jobs == 1 else f"runs ({jobs} jobs)",
+                    show_progress)
+    try:
+        while todo or running:
+            for pair in list(todo):
+                if jobs > 1 and len(running) >= workers:
+                    break
+                lock, record = claim(paths[pair], usable)
+                if lock is None and record is None:
+                    continue  # a live other owner computes it: look again later
+                todo.remove(pair)
+                if record is not None:
+                    done[pair] = record
+                    bar.update(pair, "written by another process")
+                    continue
+                held[pair] = lock
+                if jobs == 1:
+                    bar.set_postfix_str(f"{pair[0]} seed {pair[1]}")
+                    try:
+                        done[pair] = run_and_write(*arguments(pair, show_progress),
+                                                    heartbeat=lock.refresh)
+                    except DivergedError as err:
+                        raise _failed(*pair, err) from err
+                    finally:
+                        held.pop(pair).release()
+                    bar.update(pair)
+                    continue
+                if pool is None:
+                    pool = start_pool(workers, jobs, device)
+                running[pool.submit(run_in_worker, *arguments(pair, False),
+                                    heartbeat=lock.refresh)] = pair
+            if running:
+                finished, _ = wait(list(running), timeout=LOCK_POLL_SECONDS if todo else None,
+                                   return_when=FIRST_COMPLETED)
+                for future in finished:
+                    pair = running.pop(future)
+                    held.pop(pair).release()
+                    if future.exception() is not None:
+                        raise _failed(*pair, future.exception()) from future.exception()
+                    done[pair], messages = future.result()
+                    for message in messages:
+                        warnings.warn(message, RunWarning, stacklevel=3)
+                    bar.update(pair)
+            elif todo:
+                note.show([paths[pair] for pair in todo])
+                time.sleep(LOCK_POLL_SECONDS)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for lock in held.values():
+            lock.release()
+        bar.close()
+    return done

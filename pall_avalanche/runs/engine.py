@@ -1,0 +1,265 @@
+"""The unit of work: one run built (benchmark, model, strategy, subscribers), resumed from its
+checkpoint, stepped through its requests and turned into its record (:func:`run_spec`,
+:func:`run_record`); :func:`run_and_write` also writes the record and removes the checkpoint.
+
+Every request ends in the strategy's ``after_request`` event; its subscribers here are the
+request log (the record's source), the caller's plugins, the audit's probe, the
+:class:`CheckpointWriter` and the :class:`LockHeartbeat`, in this order.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from pall_avalanche.checkpoint import (
+    load_checkpoint,
+    restore_rng_state,
+)
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.evaluation import (
+    RequestLog,
+    compute_metrics,
+    model_size_mb,
+    request_evaluator,
+)
+from pall_avalanche.extensions import provenance as extension_provenance
+from pall_avalanche.models import build_model
+from pall_avalanche.records import CorruptFileError, RunWarning, set_aside, write_json_atomic
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.spec import RunSpec, device_info, seed_everything, versions
+from pall_avalanche.runs.store import RECORD_FORMAT, checkpoint_path, unsaved_error
+from pall_avalanche.runs.subscribers import CheckpointWriter, LockHeartbeat, WandbRequestLogger
+from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
+from pall_avalanche.streams import RequestStream
+from pall_avalanche.wandb_logging import WandbSettings, wandb_run
+
+__all__ = ["RunOptions", "run_and_write", "run_record", "run_spec"]
+
+
+@dataclass
+class _Run:
+    """A run's parts once built: the specification, benchmark, strategy, the log of its
+    requests' results, the audit probe if any, and where it resumed."""
+
+    spec: RunSpec
+    benchmark: Any
+    strategy: UnlearningTemplate
+    log: RequestLog
+    probe: Any
+    device: torch.device
+    resumed_after: list[int]
+    done: int = 0
+
+
+def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
+           probe: Callable[[], Any] | None, checkpoint: Path | None,
+           heartbeat: Callable[[], Any] | None) -> _Run:
+    """Benchmark, model and strategy of ``spec`` (seeded by its seed; then re-seeded by its
+    training seed if it has one), with the evaluator measuring every request and, subscribed
+    to ``after_request`` in this order, the request log, ``plugins``, the probe's plugins, the
+    checkpoint writer (it saves what the others recorded) and the lock heartbeat."""
+    config = spec.config
+    seed_everything(spec.seed)
+    benchmark = build_benchmark(
+        config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
+        data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
+    )
+    split = benchmark.split
+    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
+                        classes_per_task=split.classes_per_task,
+                        per_task_tokens=METHODS[spec.method].strategy.per_task_tokens,
+                        **(config.get("model_kwargs") or {}))
+    log = RequestLog()
+    probed = probe() if probe is not None else None
+    resumed_after: list[int] = []
+    last = [*([CheckpointWriter(checkpoint, spec.identity(), resumed_after)]
+              if checkpoint is not None else []),
+            *([LockHeartbeat(heartbeat)] if heartbeat is not None else [])]
+    strategy = build_strategy(
+        spec.method, model=model, config=config, device=device,
+        plugins=[log, *plugins, *(probed.plugins if probed else ()), *last],
+        evaluator=request_evaluator(benchmark.test_stream, config["eval_batch_size"]))
+    if spec.train_seed is not None:
+        seed_everything(spec.train_seed)
+    return _Run(spec, benchmark, strategy, log, probed, device, resumed_after)
+
+
+def _resume(run: _Run, checkpoint: Path | None) -> None:
+    """Restore ``run`` from ``checkpoint`` if there is a usable one (same identity)."""
+    state = _resumable_checkpoint(checkpoint, run.device) if checkpoint is not None else None
+    if state is None:
+        return
+    different = [key for key, value in run.spec.identity().items() if state.get(key) != value]
+    if different:
+        raise ValueError(f"checkpoint {checkpoint} belongs to another run (its {different} "
+                         "differ); delete it to start this run afresh")
+    run.strategy.restore_checkpoint_state(state["strategy"])
+    restore_rng_state(state["rng"])
+    run.done = state["requests_done"]
+    run.resumed_after[:] = [*state["resumed_after"], run.done]   # the writer's list too
+
+
+def _step(run: _Run, show_progress: bool) -> None:
+    """Process the requests not done yet (each ends in ``after_request``: logged, and
+    checkpointed by :class:`CheckpointWriter`)."""
+    stream = RequestStream(run.benchmark, run.spec.sequence)
+    for index in tqdm(range(run.done, len(stream)), desc=f"{run.spec.method} seed "
+                      f"{run.spec.seed}", leave=False, initial=run.done, total=len(stream),
+                      disable=not (show_progress and sys.stderr.isatty())):
+        run.strategy.train(stream[index])
+
+
+def _record(run: _Run) -> dict:
+    """The record of a finished run (:data:`RECORD_FORMAT`)."""
+    spec, log, strategy = run.spec, run.log, run.strategy
+    sequence = spec.sequence
+    learn = [t["seconds_per_epoch"] for t in log.timings if t["kind"] == "learn"]
+    unlearn = [t["seconds"] for t in log.timings if t["kind"] == "unlearn"]
+    extra = {"probe": run.probe.finish(strategy, run.benchmark)} if run.probe else {}
+    if spec.train_seed is not None:
+        extra["train_seed"] = spec.train_seed
+    config = dict(spec.config)
+    return {
+        **extra,
+        "format": RECORD_FORMAT,
+        "method": spec.method,
+        "seed": spec.seed,
+        "benchmark": config["benchmark"],
+        "requests": sequence.to_list(),
+        "accuracy": log.accuracy,
+        "metrics": compute_metrics(log.accuracy, sequence),
+        "exact": METHODS[spec.method].exact,
+        "timings": {
+            "per_request": log.timings,
+            "learn_seconds_per_epoch": float(np.mean(learn)) if learn else None,
+            "unlearn_seconds": float(np.mean(unlearn)) if unlearn else None,
+        },
+        "model_size_mb": model_size_mb(*strategy.inference_size(config["n_tasks"])),
+        "model_size_mb_per_request": log.model_sizes_mb,
+        "resumed_after": list(run.resumed_after),
+        # the method's statistics per unlearning request (PALL: Table A2), else None
+        "unlearning_stats": log.unlearning_statistics(),
+        # per learning request: the task's balanced training accuracy and whether it stayed
+        # at chance (a failed request, also warned about)
+        "learning_checks": log.learning_checks,
+        "eval_batch_size": config["eval_batch_size"],
+        "split": run.benchmark.split.to_dict(),
+        "config": config,
+        "config_hash": spec.hash,
+        "versions": versions(),
+        # the plugins loaded (file SHA-256 or package version): what code made the record
+        "plugins": extension_provenance(),
+        "device": device_info(run.device),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def run_record(method: str, seed: int, config: dict, *,
+               requests: RequestSequence | list | None = None,
+               device: str | torch.device = "cpu", show_progress: bool = False,
+               checkpoint: str | Path | None = None, plugins: Sequence = (),
+               probe: Callable[[], Any] | None = None, train_seed: int | None = None,
+               heartbeat: Callable[[], Any] | None = None) -> dict:
+    """Train ``method`` on the request sequence of ``seed`` and return its result record:
+    build, resume, step, record.
+
+    :param method: a name from ``METHODS``.
+    :param seed: seeds the class split, the generated requests, initialisation and training.
+    :param config: a full configuration (global keys plus optional ``methods`` section).
+    :param requests: replay this sequence instead of generating one from the seed.
+    :param device: where to train.
+    :param show_progress: show a progress bar over the requests.
+    :param checkpoint: a checkpoint file: saved (atomically) after every request, resumed from
+        if it exists (it must come from the same method, seed, configuration and requests).
+        One that does not load is renamed ``<name>.corrupt`` with a
+        :class:`~pall_avalanche.records.RunWarning` and the run starts afresh; one that
+        vanishes before it is read counts as none. The caller deletes it once the record is
+        safe. ``None``: no checkpoints.
+    :param plugins: further plugins (e.g. loggers subscribing to ``after_request``).
+    :param probe: a factory of a probe object with ``plugins`` (run after ``plugins``) and
+        ``finish(strategy, benchmark) -> dict``, stored JSON-ready as the record's ``probe``
+        (the exactness audit, :mod:`pall_avalanche.audit`). ``None``: no probe.
+    :param train_seed: re-seed the random number generators with this after the benchmark,
+        model and strategy are built: same class split and initial weights as ``seed``,
+        other training randomness (stored as the record's ``train_seed``).
+    :param heartbeat: called after every finished request (the runner refreshes the record's
+        lock with it). ``None``: nothing.
+    """
+    return run_spec(RunSpec.of(method, seed, config, requests, train_seed), device=device,
+                    show_progress=show_progress, checkpoint=checkpoint, plugins=plugins,
+                    probe=probe, heartbeat=heartbeat)
+
+
+def run_spec(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress: bool = False,
+             checkpoint: str | Path | None = None, plugins: Sequence = (),
+             probe: Callable[[], Any] | None = None,
+             heartbeat: Callable[[], Any] | None = None) -> dict:
+    """The record of ``spec``: build, resume, step, record (the arguments as in
+    :func:`run_record`)."""
+    checkpoint = None if checkpoint is None else Path(checkpoint)
+    run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat)
+    _resume(run, checkpoint)
+    _step(run, show_progress)
+    return _record(run)
+
+
+def _resumable_checkpoint(checkpoint: str | Path, device: torch.device) -> dict | None:
+    """The checkpoint to resume from: ``None`` if there is none (also if it vanished just
+    now); a corrupt one is set aside (``.corrupt``) with a one-line warning, ``None``."""
+    try:
+        return load_checkpoint(checkpoint, device)
+    except FileNotFoundError:
+        return None
+    except CorruptFileError as err:
+        aside = set_aside(checkpoint)
+        warnings.warn(f"{err}; set aside as {aside.name}, the run starts afresh", RunWarning,
+                      stacklevel=2)
+        return None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How :func:`run_experiments` runs each record (the same for all of its records)."""
+
+    device: str
+    checkpoints: bool
+    show_progress: bool
+    wandb: WandbSettings | None
+    probe: Callable[[], Any] | None
+    group: str
+
+
+def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
+                   heartbeat: Callable[[], Any] | None = None) -> dict:
+    """Run one record (resuming from its checkpoint), write it atomically, then delete the
+    checkpoint; the unit of work of :func:`run_experiments`, in or out of process (the caller
+    holds the record's lock; ``heartbeat`` refreshes it after every request). With W&B
+    settings the run is logged to W&B (live per request, then the record).
+
+    If writing the record fails (``OSError``), it is kept in :func:`unsaved_path` and an
+    ``OSError`` naming both files is raised; the checkpoint stays."""
+    checkpoint = checkpoint_path(path) if options.checkpoints else None
+    with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=spec.described(),
+                   group=options.group, identity=spec.hash) as tracker:
+        record = run_spec(spec, device=options.device, show_progress=options.show_progress,
+                          checkpoint=checkpoint,
+                          plugins=[WandbRequestLogger(tracker)] if tracker.active else [],
+                          probe=options.probe, heartbeat=heartbeat)
+        try:
+            write_json_atomic(path, record)
+        except OSError as err:
+            raise unsaved_error(path, record, err) from err
+        tracker.log_record(record, path)
+    # the record is safe: its checkpoint (this run's, or an orphan one) is of no further use
+    checkpoint_path(path).unlink(missing_ok=True)
+    return record

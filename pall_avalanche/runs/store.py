@@ -1,0 +1,150 @@
+"""The results folder: where records, checkpoints and locks live, claiming a record under its
+lock, leftovers of killed runs, and the fallback for a record that cannot be written
+(:mod:`pall_avalanche.runs`, "Several processes on one results folder")."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from pall_avalanche.records import (
+    CorruptFileError,
+    RecordLock,
+    RunWarning,
+    acquire_lock,
+    load_record,
+    set_aside,
+    write_json_atomic,
+)
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.spec import RunSpec
+
+__all__ = ["RECORD_FORMAT", "check_format", "checkpoint_path", "claim", "has_leftovers",
+           "leftovers", "lock_path", "peek_record", "record_path", "unsaved_error",
+           "unsaved_path"]
+
+#: The record layout (2: evaluation draws nothing from the training's random stream, the
+#: record lists its plugins); a results folder holding another format is refused.
+RECORD_FORMAT = 2
+
+
+def record_path(out_dir: str | Path, method: str, seed: int, config: dict,
+                requests: RequestSequence | list | None = None,
+                train_seed: int | None = None) -> Path:
+    """Where the record of (method, resolved configuration, seed, requests, training seed)
+    lives (:meth:`RunSpec.record_path`)."""
+    return RunSpec.of(method, seed, config, requests, train_seed).record_path(out_dir)
+
+
+def checkpoint_path(record_file: str | Path) -> Path:
+    """The checkpoint file kept next to a record while it runs (``seed<k>.ckpt``).
+
+    :param record_file: the record's path (:func:`record_path`).
+    """
+    return Path(record_file).with_suffix(".ckpt")
+
+
+def lock_path(record_file: str | Path) -> Path:
+    """The lock file of a record while a process computes it (``seed<k>.lock``; module
+    docstring).
+
+    :param record_file: the record's path (:func:`record_path`).
+    """
+    return Path(record_file).with_suffix(".lock")
+
+
+def unsaved_path(record_file: str | Path) -> Path:
+    """Where a record that could not be written to ``record_file`` is kept:
+    ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/seed<k>.json``.
+
+    :param record_file: the record's path (:func:`record_path`).
+    """
+    return Path(tempfile.gettempdir(), "pall_avalanche_unsaved", *Path(record_file).parts[-4:])
+
+
+def unsaved_error(path: Path, record: dict, err: OSError) -> OSError:
+    """Keep a record that could not be written to ``path`` in :func:`unsaved_path`; the error
+    to raise, naming both files."""
+    fallback = unsaved_path(path)
+    try:
+        write_json_atomic(fallback, record)
+        kept = (f"the record was kept in {fallback}: copy it to {path} once that folder is "
+                "writable")
+    except OSError as again:
+        kept = f"keeping it failed too: {again}"
+    return OSError(f"could not write the record: {err}; {kept}")
+
+
+def check_format(path: Path, record: dict | None) -> None:
+    if record is not None and record.get("format") != RECORD_FORMAT:
+        raise ValueError(f"{path} has record format {record.get('format')!r}; this "
+                         f"version writes format {RECORD_FORMAT}: use another --out")
+
+
+def peek_record(path: Path) -> dict | None:
+    """The record at ``path`` read without its lock: ``None`` if missing or corrupt (a
+    corrupt record is reported and set aside by whoever takes the lock)."""
+    try:
+        record = load_record(path)
+    except CorruptFileError:
+        return None
+    check_format(path, record)
+    return record
+
+
+def leftovers(path: Path) -> list[Path]:
+    """The temporaries a kill during :func:`~pall_avalanche.records.write_atomic` left for
+    the record ``path`` and its checkpoint (``.seed<k>.json.*.tmp``, ``.seed<k>.ckpt.*.tmp``),
+    and lock files of a lock breaker killed mid-way older than an hour."""
+    found = [*path.parent.glob(f".{path.name}.*.tmp"),
+             *path.parent.glob(f".{checkpoint_path(path).name}.*.tmp")]
+    now = time.time()
+    for broken in path.parent.glob(f".{lock_path(path).name}.*.broken"):
+        try:
+            if now - broken.stat().st_mtime > 3600:
+                found.append(broken)
+        except OSError:
+            pass
+    return found
+
+
+def has_leftovers(path: Path) -> bool:
+    return checkpoint_path(path).exists() or bool(leftovers(path))
+
+
+def claim(path: Path, usable: Callable[[dict | None], bool]
+           ) -> tuple[RecordLock | None, dict | None]:
+    """Try to take the lock of the record ``path``.
+
+    Returns ``(lock, None)``: the record is ours to compute (its temporaries are deleted, a
+    corrupt record file is set aside with a warning); ``(None, record)``: the record is
+    finished (an orphan checkpoint beside it is deleted if we got the lock); ``(None, None)``:
+    a live other owner holds the lock and the record is not finished.
+    """
+    lock = acquire_lock(lock_path(path))
+    if lock is None:
+        record = peek_record(path)
+        return None, record if usable(record) else None
+    try:
+        for leftover in leftovers(path):
+            leftover.unlink(missing_ok=True)
+        try:
+            record = load_record(path)
+        except CorruptFileError as err:
+            aside = set_aside(path)
+            warnings.warn(f"{err}; set aside as {aside.name}, computing the record again",
+                          RunWarning, stacklevel=2)
+            record = None
+        check_format(path, record)
+        if usable(record):
+            checkpoint_path(path).unlink(missing_ok=True)  # orphan of a kill after the rename
+    except BaseException:
+        lock.release()
+        raise
+    if usable(record):
+        lock.release()
+        return None, record
+    return lock, None
