@@ -1,6 +1,6 @@
 """The one path every paper script takes: parse → grid of configuration overrides × methods ×
 seeds → records (:func:`~pall_avalanche.runs.run_experiments`, resumable) → frame →
-report (:mod:`pall_avalanche.report`).
+report (:mod:`pall_avalanche.reports`).
 
 A script in ``benchmarks/`` declares its sweep as :class:`GridPoint` objects and its table
 layout; parsing, configuration defaults the user did not override, running and writing the
@@ -31,7 +31,7 @@ from pall_avalanche.cli import (
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config, parse_override
-from pall_avalanche.report import FAILED_MARK, learning_failed, provenance, write_report
+from pall_avalanche.reports import FAILED_MARK, learning_failed, provenance, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
 
@@ -192,7 +192,7 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
 def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
     """One line for the end of a script: how many records were run and reused, the best mean
     A_l, where the exact methods' A_u sits against chance and how many records failed a
-    learning check (:func:`~pall_avalanche.report.learning_failed`; named only when some did).
+    learning check (:func:`~pall_avalanche.reports.learning_failed`; named only when some did).
     """
     parts = [f"ran {stats.get('ran', 0)}, reused {stats.get('reused', 0)} records"]
     settings: dict[str, set] = {}

@@ -326,7 +326,7 @@ def log_table(settings: WandbSettings | None, name: str, frame, *,
               group: str | None = None) -> None:
     """Log an aggregated table (a pandas frame) as ``wandb.Table`` in a run of its own
     (``job_type="table"``). Skipped under a sweep agent (``WANDB_SWEEP_ID``), whose process
-    owns exactly one run: aggregate a sweep with ``python -m pall_avalanche.report``.
+    owns exactly one run: aggregate a sweep with ``python -m pall_avalanche.reports``.
 
     :param settings: W&B settings or ``None`` (no-op).
     :param name: run name and table key (e.g. ``table1_digits``).

@@ -13,8 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pall_avalanche import report
+from pall_avalanche import reports as report
+from pall_avalanche.catalog import method_label
 from pall_avalanche.plugins import SELECTIONS, select_exemplars
+from pall_avalanche.reports.render import legend
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--seeds", "0", "--set", "epochs=1", "--train-per-task", "30", "--quiet"]
@@ -161,7 +163,7 @@ def test_worst_case_table_a8_by_hand():
     expected = []
     for method, runs in WORST_CASE_RUNS.items():
         a_l, f_u_max = zip(*(_worst_case_by_hand(text, acc) for text, acc in runs), strict=True)
-        expected.append([report.method_label(method), f"{min(a_l):.2f}", _cell(list(f_u_max)),
+        expected.append([method_label(method), f"{min(a_l):.2f}", _cell(list(f_u_max)),
                          str(len(runs))])
     assert cells.values.tolist() == expected
     # PALL: A_l 78.5 and 75; F_u^max 3 and 7: their mean, not the worst seed's 7
@@ -349,7 +351,7 @@ def test_table1_figure_points_hand_computed(tmp_path):
         expected = []
         for method, runs in methods.items():
             for alpha, a_ls in runs:              # A_u = A_l − 40 in every record
-                label = f"PALL (α={alpha:g})" if method == "pall" else report.method_label(method)
+                label = f"PALL (α={alpha:g})" if method == "pall" else method_label(method)
                 spread = statistics.stdev(a_ls) if len(a_ls) > 1 else 0.0
                 expected.append((label, "*" if method in ("pall", "independent") else "o",
                                  statistics.mean(a_ls), statistics.mean(a_ls) - 40,
@@ -518,7 +520,7 @@ def test_report_module_cli(tmp_path):
                               "--report-dir", str(tmp_path)])
     markdown = report.main([str(tmp_path / "res"), "--out", str(tmp_path / "all")])
     assert "n_retrain_iters=0" in markdown and "n_retrain_iters=5" in markdown
-    assert "Command: `python -m pall_avalanche.report" in markdown
+    assert "Command: `python -m pall_avalanche.reports" in markdown
     assert (tmp_path / "all_heatmaps.png").is_file() and (tmp_path / "all.tex").is_file()
 
 
@@ -591,7 +593,7 @@ def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_
     assert pd.read_csv(tmp_path / "r.csv")["learning_failed"].tolist() == [1, 0]
     assert r"85.00 $\pm$ 7.07 \dag{}1/2" in (tmp_path / "r.tex").read_text()
     clean = report.summary_frame(FLAGGED[1:], ("method",))
-    assert "†" not in report.legend(report.format_table(clean, {"A_l": "A_l ↑"}))
+    assert "†" not in legend(report.format_table(clean, {"A_l": "A_l ↑"}))
 
     def record(method, a_l, checks):
         return {"method": method, "exact": False, "metrics": {"A_l": a_l, "A_u": None},
@@ -604,23 +606,15 @@ def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_
         "right after learning it († in the table; see learning_checks)")
 
 
-def test_failed_learning_checks_are_ringed_in_the_figures(tmp_path, monkeypatch):
+def test_failed_learning_checks_are_ringed_in_the_figures(tmp_path):
     """The Table 1 figure and the metric-vs-setting figure, read back from the drawn
     matplotlib figures: the flagged row's points ringed in red, †k/n in its legend label."""
-    drawn = []
-    save = report._save
-
-    def keep(fig, path):
-        drawn.append(fig)
-        save(fig, path)
-
-    monkeypatch.setattr(report, "_save", keep)
     frame = report.table1_frame(FLAGGED)
     assert [(p["row"], p["failed"]) for p in report.table1_points(frame)["digits"]] == [
         ("Sequential", ""), ("PALL", "†1/2")]
-    report.plot_table1(frame, {"digits": 50.0}, tmp_path / "t1.png")
-    report.plot_metrics_vs(report.summary_frame(FLAGGED, ("method", "n_unlearn")), "n_unlearn",
-                           ("A_l",), tmp_path / "vs.png")
+    drawn = [report.plot_table1(frame, {"digits": 50.0}, tmp_path / "t1.png"),
+             report.plot_metrics_vs(report.summary_frame(FLAGGED, ("method", "n_unlearn")),
+                                    "n_unlearn", ("A_l",), tmp_path / "vs.png")]
     expected = [[(85.0, 45.0)], [(3.0, 85.0)]]          # PALL: (A_l, A_u); (N_u, A_l)
     for fig, points in zip(drawn, expected, strict=True):
         ax = fig.axes[0]

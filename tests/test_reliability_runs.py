@@ -40,7 +40,7 @@ from pall_avalanche.records import (
     set_aside,
     write_json_atomic,
 )
-from pall_avalanche.report import load_records, write_report
+from pall_avalanche.reports import load_records, write_report
 from pall_avalanche.runs import (
     checkpoint_path,
     lock_path,

@@ -82,7 +82,7 @@ def test_reading_records_and_writing_the_report_needs_no_torch(tmp_path):
     path.write_text(json.dumps(record))
     code = (f"import runpy, sys; sys.argv = ['report', {str(tmp_path / 'results')!r}, "
             f"'--out', {str(tmp_path / 'report')!r}]\n"
-            "try:\n    runpy.run_module('pall_avalanche.report', run_name='__main__')\n"
+            "try:\n    runpy.run_module('pall_avalanche.reports', run_name='__main__')\n"
             "except SystemExit as e:\n    assert e.code == 0, e.code\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -97,7 +97,7 @@ def test_every_script_is_an_installed_command():
                 if ep.name.startswith("pall-")}
     scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
     expected = {f"pall-{s.replace('_', '-')}": f"pall_avalanche.paper.{s}:cli" for s in scripts}
-    expected["pall-report"] = "pall_avalanche.report:cli"
+    expected["pall-report"] = "pall_avalanche.reports:cli"
     expected["pall-sweeps"] = "pall_avalanche.sweeps:cli"
     expected["pall-check-method"] = "pall_avalanche.check_method:cli"
     assert commands == expected

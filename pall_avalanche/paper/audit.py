@@ -37,7 +37,7 @@ from pall_avalanche.cli import (
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR
-from pall_avalanche.report import provenance, write_report
+from pall_avalanche.reports import provenance, write_report
 from pall_avalanche.requests import Request, RequestSequence
 
 AUDIT_METHODS = ("sequential,ewc,derpp,lsf,packnet,wsn,independent,pall,pall_beta0,pall_strict,"

@@ -20,7 +20,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import format_table, plot_metrics_vs, summary_frame, wide_table
+from pall_avalanche.reports import format_table, plot_metrics_vs, summary_frame, wide_table
 
 NAME = "fig3"
 METHODS = ("lsf", "er", "derpp", "pall", "independent")

@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs per command; the median is printed (default 5)")
     parser.add_argument("--records", type=Path,
-                        help="a results folder to time python -m pall_avalanche.report on "
+                        help="a results folder to time python -m pall_avalanche.reports on "
                              "(default: not timed)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -56,8 +56,8 @@ def main(argv=None) -> None:
             "import torch, avalanche": [python, "-c", "import torch, avalanche"],
         }
         if args.records is not None:
-            commands["python -m pall_avalanche.report RECORDS"] = [
-                python, "-m", "pall_avalanche.report", str(args.records.resolve()),
+            commands["python -m pall_avalanche.reports RECORDS"] = [
+                python, "-m", "pall_avalanche.reports", str(args.records.resolve()),
                 "--out", str(Path(scratch) / "report")]
         timings = {name: _seconds(command, scratch, args.repeats)
                    for name, command in commands.items()}

@@ -13,7 +13,7 @@ every other method once with the configuration (WSN with its α, 1/T); --alpha o
 written to ``<report-dir>/table1_<benchmark>.{md,csv,tex}``, with the figure
 ``table1_<benchmark>.png`` (A_l against A_u per row, exact methods marked, chance dashed).
 Several benchmarks side by side, as the paper prints Table 1:
-``python -m pall_avalanche.report --table1 DIR ...``.
+``python -m pall_avalanche.reports --table1 DIR ...``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pall_avalanche.catalog import TABLE1_ALPHAS
 from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
 from pall_avalanche.experiments import GridPoint, closing_summary, run_grid, start_script
-from pall_avalanche.report import (
+from pall_avalanche.reports import (
     chance_by_benchmark,
     epochs_per_task,
     plot_table1,

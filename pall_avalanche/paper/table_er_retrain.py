@@ -19,7 +19,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import COLUMNS, format_table, summary_frame
+from pall_avalanche.reports import COLUMNS, format_table, summary_frame
 
 NAME = "table_er_retrain"
 METHODS = ("independent", "pall", "er_retrain", "er")

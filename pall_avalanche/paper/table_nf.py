@@ -19,7 +19,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import format_table, summary_frame
+from pall_avalanche.reports import format_table, summary_frame
 
 NAME = "table_nf"
 

@@ -23,7 +23,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import format_mean_std, summary_frame
+from pall_avalanche.reports import format_mean_std, summary_frame
 
 NAME = "table_retrained"
 

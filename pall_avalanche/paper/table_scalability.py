@@ -20,7 +20,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import (
+from pall_avalanche.reports import (
     format_table,
     label_rows,
     plot_metrics_vs,

@@ -21,7 +21,7 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import format_table, label_rows, summary_frame, wide_table
+from pall_avalanche.reports import format_table, label_rows, summary_frame, wide_table
 
 NAME = "table_sparse"
 METHODS = ("static_sparse", "dynamic_sparse", "pall", "independent")

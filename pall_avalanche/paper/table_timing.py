@@ -24,7 +24,12 @@ from pall_avalanche.experiments import (
     script_parser,
     start_script,
 )
-from pall_avalanche.report import format_table, plot_timing_vs_tasks, request_timings, summary_frame
+from pall_avalanche.reports import (
+    format_table,
+    plot_timing_vs_tasks,
+    request_timings,
+    summary_frame,
+)
 from pall_avalanche.requests import Request, RequestSequence
 
 NAME = "table_timing"
