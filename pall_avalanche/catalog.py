@@ -53,6 +53,10 @@ INDEPENDENT_SIZE = "d × |Ω_i|"
 MODEL_SIZES = (DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE)
 #: The types a method's own configuration key may have (its default's type).
 KEY_TYPES = (bool, int, float, str)
+#: The keyword arguments :func:`~pall_avalanche.strategies.build_strategy` gives every
+#: strategy itself: no method's own key may take these names.
+STRATEGY_ARGUMENTS = ("model", "optimizer", "train_mb_size", "train_epochs", "eval_mb_size",
+                      "lr_schedule", "amp", "channels_last", "device", "plugins", "evaluator")
 
 
 def load(ref: Any) -> Any:
@@ -151,6 +155,9 @@ def register_method(name: str, strategy: Any, *, exact: bool, label: str | None 
     for key, default in config.items():
         if not isinstance(key, str) or not key.isidentifier():
             raise ValueError(f"method {name!r}: configuration key {key!r} is invalid")
+        if key in STRATEGY_ARGUMENTS:
+            raise ValueError(f"method {name!r}: config key {key!r} is a strategy argument the "
+                             f"harness sets itself ({', '.join(STRATEGY_ARGUMENTS)}); rename it")
         if not isinstance(default, KEY_TYPES):
             raise ValueError(f"method {name!r}: config[{key!r}] = {default!r} must be a bool, "
                              "int, float or str (its type is the key's type)")
@@ -158,9 +165,15 @@ def register_method(name: str, strategy: Any, *, exact: bool, label: str | None 
         if key not in config or isinstance(config[key], (bool, str)):
             raise ValueError(f"method {name!r}: ranges[{key!r}] needs a numeric default in "
                              "config")
-        if not (isinstance(bounds, tuple) and len(bounds) == 2):
-            raise ValueError(f"method {name!r}: ranges[{key!r}] must be (low, high), got "
-                             f"{bounds!r}")
+        if not (isinstance(bounds, tuple) and len(bounds) == 2 and all(
+                b is None or (isinstance(b, (int, float)) and not isinstance(b, bool))
+                for b in bounds)):
+            raise ValueError(f"method {name!r}: ranges[{key!r}] must be (low, high), numbers "
+                             f"or None, got {bounds!r}")
+        low, high = bounds
+        if (low is not None and config[key] < low) or (high is not None and config[key] > high):
+            raise ValueError(f"method {name!r}: config[{key!r}] = {config[key]!r} lies outside "
+                             f"its range {bounds!r}")
     if size is None:
         size = _size_of(strategy)
     if size not in MODEL_SIZES:
@@ -274,8 +287,10 @@ def register_benchmark(name: str, builder: Any, *, n_classes: int, default_n_tas
     :param n_classes: the number of classes over all tasks.
     :param default_n_tasks: T when the configuration does not set ``n_tasks``.
     :param config: what the run configuration of ``--benchmark NAME`` sets (a mapping or the
-        path of a YAML file, keys as in ``pall_avalanche/configs/digits.yaml``), over the
-        digits configuration with this benchmark and ``n_tasks = default_n_tasks``.
+        path of a YAML file — relative paths are read from the working directory, so a plugin
+        gives ``Path(__file__).parent / "mine.yaml"`` — keys as in
+        ``pall_avalanche/configs/digits.yaml``), over the digits configuration with this
+        benchmark and ``n_tasks = default_n_tasks``.
     :raises ValueError: a taken or invalid name, or class and task counts that do not fit.
     """
     _check_name(name, BENCHMARK_INFO, "benchmark")

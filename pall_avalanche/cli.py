@@ -32,8 +32,9 @@ from pall_avalanche.config import (
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.wandb_logging import WandbSettings, add_wandb_arguments
 
-__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
-           "parse_methods", "parse_run_arguments", "program_name", "run_options"]
+__all__ = ["Parser", "add_run_arguments", "benchmark_config", "check_device", "config_from_args",
+           "main_guard", "parse_methods", "parse_run_arguments", "program_name", "run_options",
+           "with_defaults"]
 
 
 def program_name(default: str) -> str:
@@ -80,8 +81,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "embedded, no download)")
     parser.add_argument("--config", type=Path,
                         help="configuration file (instead of the --benchmark choice of file; "
-                             "keys it leaves out, but per-method overrides, come from the "
-                             "configuration of the benchmark it names)")
+                             "keys it leaves out, also within its methods: entries, come from "
+                             "the configuration of the benchmark it names)")
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
@@ -249,6 +250,17 @@ def benchmark_config(name: str, config_dir: Path) -> dict[str, Any]:
     return config
 
 
+def with_defaults(config: dict[str, Any], config_dir: Path, benchmark: str) -> dict[str, Any]:
+    """A configuration file completed by the configuration of the benchmark it names
+    (:func:`benchmark_config`; ``benchmark`` when it names none): every key it leaves out, and
+    per method every key its ``methods`` entry leaves out (the file's values win)."""
+    base = benchmark_config(config.get("benchmark", benchmark), config_dir)
+    methods = {m: dict(v) for m, v in (base.get("methods") or {}).items()}
+    for method, own in (config.get("methods") or {}).items():
+        methods[method] = {**methods.get(method, {}), **own}
+    return {**base, **config, **({"methods": methods} if methods else {})}
+
+
 def config_from_args(args: argparse.Namespace, config_dir: Path
                      ) -> tuple[dict[str, Any], list[int], RequestSequence | None]:
     """The configuration (file + flags + ``--set``, every value checked), the seeds and any
@@ -256,10 +268,8 @@ def config_from_args(args: argparse.Namespace, config_dir: Path
     written (a missing ``--report-dir`` becomes ``--out``)."""
     if args.config is None:
         config = benchmark_config(args.benchmark, config_dir)
-    else:   # keys the file leaves out (but per-method overrides) from its benchmark's file
-        config = load_config(args.config)
-        base = benchmark_config(config.get("benchmark", args.benchmark), config_dir)
-        config = {**{k: v for k, v in base.items() if k != "methods"}, **config}
+    else:
+        config = with_defaults(load_config(args.config), config_dir, args.benchmark)
     overrides = []
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag, None)

@@ -260,6 +260,11 @@ def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     runner checks for every (method, configuration) before the first request."""
     resolved = resolve_method_config(config, method)
     check_config(resolved, f"the configuration of {method!r}", method=method)
+    lacking = [key for key in METHOD_INFO[method].params if key not in resolved] \
+        if method in METHOD_INFO else []
+    if lacking:
+        raise ValueError(f"the configuration of {method!r} lacks {', '.join(lacking)}, which "
+                         "the method takes; set it (e.g. --set KEY=VALUE)")
     n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="

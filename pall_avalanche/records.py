@@ -140,8 +140,8 @@ def write_atomic(path: str | Path, write: Callable[[IO], Any], *, binary: bool =
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.chmod(tmp, file_mode())
-        with os.fdopen(fd, "wb" if binary else "w") as f:
+        with os.fdopen(fd, "wb" if binary else "w") as f:    # closes fd whatever fails
+            os.chmod(tmp, file_mode())
             write(f)
             f.flush()
             os.fsync(f.fileno())

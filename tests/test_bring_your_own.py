@@ -23,7 +23,7 @@ from helpers import FAST_CONFIG
 from sklearn.datasets import load_digits
 
 from pall_avalanche import register_method, register_model
-from pall_avalanche.catalog import METHOD_INFO
+from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO
 from pall_avalanche.config import check_setting, resolve_method_config
 from pall_avalanche.data import build_benchmark, check_benchmark
 from pall_avalanche.extensions import load_plugins
@@ -233,7 +233,15 @@ def test_registration_refuses_what_it_cannot_use():
         register_method("bad_default", "x:Y", exact=False, config={"k": [1]})
     with pytest.raises(ValueError, match=r"ranges\['k'\] needs a numeric default"):
         register_method("bad_range", "x:Y", exact=False, config={"k": "a"}, ranges={"k": (0, 1)})
-    assert "bad_default" not in METHOD_INFO and "bad_range" not in METHOD_INFO
+    with pytest.raises(ValueError, match=r"config key 'device' is a strategy argument"):
+        register_method("bad_key", "x:Y", exact=False, config={"device": "cpu"})
+    with pytest.raises(ValueError, match=r"ranges\['k'\] must be \(low, high\), numbers or "
+                                         r"None, got \('a', None\)"):
+        register_method("bad_bound", "x:Y", exact=False, config={"k": 1.0},
+                        ranges={"k": ("a", None)})
+    with pytest.raises(ValueError, match=r"config\['k'\] = 5.0 lies outside its range \(0, 1\)"):
+        register_method("bad_start", "x:Y", exact=False, config={"k": 5.0}, ranges={"k": (0, 1)})
+    assert not {"bad_default", "bad_range", "bad_key", "bad_bound", "bad_start"} & set(METHOD_INFO)
 
 
 def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
@@ -254,3 +262,34 @@ def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
     with pytest.raises(ValueError, match=r"config\['benchmark'\] = 'digits' names a registered"):
         run_experiments(["sequential"], [0], {**config, "benchmark": "digits"}, tmp_path,
                         benchmark=digits)
+    with pytest.raises(ValueError, match=r"n_unlearn=9 is invalid"):   # nothing ran: name free
+        run_experiments(["sequential"], [0], {**config, "benchmark": "other", "n_unlearn": 9},
+                        tmp_path, benchmark=digits)
+    assert "other" not in BENCHMARK_INFO
+
+
+def test_a_config_file_takes_what_it_leaves_out_from_its_benchmark_per_method_too(tmp_path):
+    from pall_avalanche.cli import config_from_args, parse_run_arguments
+    from pall_avalanche.config import CONFIG_DIR, check_run_config
+    from pall_avalanche.experiments import script_parser
+
+    shipped = yaml.safe_load((CONFIG_DIR / "cifar10.yaml").read_text())
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"benchmark": "cifar10", "epochs": 1,
+                                    "methods": {"er": {"lr": 0.002}}}))
+    args = parse_run_arguments(script_parser("doc", name="t", default_methods=["er"]),
+                               ["--config", str(mine), "--out", str(tmp_path / "out")])
+    config, _, _ = config_from_args(args, CONFIG_DIR)
+    assert config["epochs"] == 1 and config["batch_size"] == shipped["batch_size"]
+    assert check_run_config(config, "er")["lr"] == 0.002                 # the file's own
+    assert check_run_config(config, "derpp")["lr"] == shipped["methods"]["derpp"]["lr"]
+    gem = check_run_config(config, "gem")                               # only under methods:
+    assert gem["memory_strength"] == shipped["methods"]["gem"]["memory_strength"]
+    with pytest.raises(ValueError, match=r"the configuration of 'gem' lacks memory_strength"):
+        check_run_config({k: v for k, v in config.items() if k != "methods"}, "gem")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("benchmark: nowhere\n")
+    args.config = unknown
+    with pytest.raises(ValueError, match=rf"{unknown}: benchmark \(the benchmark\) must be one "
+                                         r"of .*, got 'nowhere'"):
+        config_from_args(args, CONFIG_DIR)

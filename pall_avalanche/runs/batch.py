@@ -82,7 +82,9 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     :param benchmark: an Avalanche benchmark object to run instead of building
         ``config["benchmark"]``: checked (:func:`~pall_avalanche.data.check_benchmark`) and
         registered in this process under the name ``config["benchmark"]`` (which must not name
-        another benchmark), every seed on its fixed class split; runs in this process
+        another benchmark), every seed on its fixed class split. Records are found by that
+        name, like every record by its configuration: give other data another name, or
+        another ``out_dir``, or its records would be taken for this one's. Runs in this process
         (``jobs=1``: a spawned worker would not have it; register a builder with
         :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
     """
@@ -96,10 +98,14 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
-    if benchmark is not None:
-        _register_given(benchmark, config["benchmark"], jobs)
-    for method in methods:      # every configuration checked before the first request
-        check_run_config(config, method)
+    added = benchmark is not None and _register_given(benchmark, config["benchmark"], jobs)
+    try:
+        for method in methods:      # every configuration checked before the first request
+            check_run_config(config, method)
+    except ValueError:
+        if added:                   # nothing ran: the name stays free
+            del BENCHMARK_INFO[config["benchmark"]]
+        raise
     pairs = [(m, s) for m in methods for s in seeds]
     train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
                    for s in seeds}
@@ -145,20 +151,22 @@ class _Given:
         return self.benchmark
 
 
-def _register_given(benchmark: Any, name: str, jobs: int) -> None:
-    """Register ``benchmark`` (an object) as ``name`` for this process (once)."""
+def _register_given(benchmark: Any, name: str, jobs: int) -> bool:
+    """Register ``benchmark`` (an object) as ``name`` for this process, once; whether this
+    call registered it."""
     if jobs != 1:
         raise ValueError(f"jobs={jobs}: a benchmark object runs in this process only; use "
                          "jobs=1, or register a builder with register_benchmark for workers")
     info = BENCHMARK_INFO.get(name)
     if info is not None:
         if isinstance(info.builder, _Given) and info.builder.benchmark is benchmark:
-            return
+            return False
         raise ValueError(f"config['benchmark'] = {name!r} names a registered benchmark; give "
                          "the benchmark object a name of its own there")
     split = check_benchmark(benchmark, name=name)
     register_benchmark(name, _Given(benchmark), n_classes=split.n_tasks * split.classes_per_task,
                        default_n_tasks=split.n_tasks)
+    return True
 
 
 class _WaitNote:
