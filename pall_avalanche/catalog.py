@@ -353,7 +353,7 @@ register_model("resnet18", f"{_MODELS}.resnet:resnet18")
 register_model("resnet34", f"{_MODELS}.resnet:resnet34")
 register_model("vit_t8", f"{_MODELS}.vit:vit_t8")
 
-#: The buffer selections (the functions: :data:`pall_avalanche.plugins.SELECTIONS`).
+#: The buffer selections (the functions: :data:`pall_avalanche.rehearsal.SELECTIONS`).
 SELECTION_NAMES = ("random", "herding", "entropy", "confidence", "logit_distance")
 
 #: The exactness audit's sequence R (:mod:`pall_avalanche.audit`): task 1 learned, then

@@ -6,7 +6,7 @@ what every request (learning or unlearning) ends with: the template fires ``afte
 it once the request is over, and the record builder, the checkpoint writer, the W&B logger and
 the audit read it there. A request whose loss or parameters stop being finite ends instead in
 :class:`DivergedError`, before ``after_request``. This module imports no strategy, so
-``pall_avalanche.plugins`` and every other module import on their own (the strategies import
+``pall_avalanche.rehearsal`` and every other module import on their own (the strategies import
 this module, never the other way round).
 """
 

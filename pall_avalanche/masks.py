@@ -50,7 +50,6 @@ from pall_avalanche.models.multitask import MultiHeadNet, task_network
 __all__ = [
     "HEAD",
     "MaskSet",
-    "RetrainingLedger",
     "mask_gradients_",
     "SubnetworkNet",
     "by_slice",
@@ -599,28 +598,3 @@ class SubnetworkNet(MultiTaskModule):
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)
-
-
-class RetrainingLedger:
-    """Which retraining events updated which entries using which tasks' buffers.
-
-    Unlearning task t must re-draw every entry trained with D^t *or with B^t*: entries of m_t
-    that an earlier unlearning's retraining updated while B^t was in the loss
-    (docs/fidelity.md, "PALL": forget set).
-    """
-
-    def __init__(self) -> None:
-        self.events: list[tuple[MaskSet, set[int]]] = []
-
-    def record(self, entries: MaskSet, buffer_tasks: Iterable[int]) -> None:
-        self.events.append((entries, set(buffer_tasks)))
-
-    def updated_with(self, task: int, shapes: Mapping[str, torch.Size]) -> MaskSet:
-        """Entries any recorded retraining updated using ``task``'s buffer."""
-        return MaskSet.union((e for e, tasks in self.events if task in tasks), shapes)
-
-    def forget(self, task: int) -> None:
-        """Drop ``task`` from every event (its buffer is gone); drop events with no task."""
-        for _, tasks in self.events:
-            tasks.discard(task)
-        self.events = [(e, tasks) for e, tasks in self.events if tasks]

@@ -20,9 +20,9 @@ def imports_alone(module: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_the_plugins_module_imports_first():
-    # plugins ↔ strategies.base was a cycle that only import order hid
-    result = imports_alone("pall_avalanche.plugins")
+def test_the_rehearsal_module_imports_first():
+    # the shared plugins ↔ strategies.base was a cycle that only import order hid
+    result = imports_alone("pall_avalanche.rehearsal")
     assert result.returncode == 0, result.stderr
 
 

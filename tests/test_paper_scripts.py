@@ -15,7 +15,7 @@ import torch
 
 from pall_avalanche import reports as report
 from pall_avalanche.catalog import method_label
-from pall_avalanche.plugins import SELECTIONS, select_exemplars
+from pall_avalanche.rehearsal import SELECTIONS, select_exemplars
 from pall_avalanche.reports.render import legend
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -112,7 +112,7 @@ def test_an_installed_command_runs_from_any_folder(tmp_path):
 
 
 def test_every_catalog_entry_loads_and_agrees_with_its_code():
-    from pall_avalanche.plugins import SELECTIONS
+    from pall_avalanche.rehearsal import SELECTIONS
     from pall_avalanche.strategies import METHODS, Independent, SubnetworkStrategy
 
     assert list(METHODS) == list(METHOD_INFO)

@@ -11,21 +11,47 @@ Every choice where the paper is silent or its reference differs is listed in doc
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import torch
 from torch import nn
 
-from pall_avalanche.masks import MaskSet, RetrainingLedger, SubnetworkNet
+from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import count_parameters
-from pall_avalanche.plugins import (
-    EpisodicMemory,
-    ReplayObjective,
+from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
+from pall_avalanche.strategies.subnetwork import (
+    SubnetworkStrategy,
     WeightResettingPlugin,
-    check_replay_settings,
+    as_subnetwork_net,
     redraw_,
 )
-from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
 
-__all__ = ["PALL"]
+__all__ = ["PALL", "RetrainingLedger"]
+
+
+class RetrainingLedger:
+    """Which retraining events updated which entries using which tasks' buffers.
+
+    Unlearning task t must re-draw every entry trained with D^t *or with B^t*: entries of m_t
+    that an earlier unlearning's retraining updated while B^t was in the loss
+    (docs/fidelity.md, "PALL": forget set).
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[MaskSet, set[int]]] = []
+
+    def record(self, entries: MaskSet, buffer_tasks: Iterable[int]) -> None:
+        self.events.append((entries, set(buffer_tasks)))
+
+    def updated_with(self, task: int, shapes: Mapping[str, torch.Size]) -> MaskSet:
+        """Entries any recorded retraining updated using ``task``'s buffer."""
+        return MaskSet.union((e for e, tasks in self.events if task in tasks), shapes)
+
+    def forget(self, task: int) -> None:
+        """Drop ``task`` from every event (its buffer is gone); drop events with no task."""
+        for _, tasks in self.events:
+            tasks.discard(task)
+        self.events = [(e, tasks) for e, tasks in self.events if tasks]
 
 
 class PALL(SubnetworkStrategy):
@@ -42,7 +68,7 @@ class PALL(SubnetworkStrategy):
     :param beta: β, weight of the DER++ logit (MSE) term in retraining (0.5; 0 = plain ER).
     :param buffer_size: total episodic memory, split a priori over the model's T tasks (500).
     :param buffer_selection: how the buffer's samples are chosen (``random``, the paper's
-        default; see :data:`~pall_avalanche.plugins.SELECTIONS`, Table A3).
+        default; see :data:`~pall_avalanche.rehearsal.SELECTIONS`, Table A3).
     :param strict_cascade: strict option closing a channel of docs/fidelity.md, "Where exact
         unlearning is weaker" (default False, the paper's PALL): unlearning t also re-draws,
         and retrains from the remaining buffers, the own entries of every remaining task

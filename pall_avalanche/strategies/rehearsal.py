@@ -1,8 +1,8 @@
 """The replay baselines: ER, DER++, GEM and ER (Retraining) (docs/fidelity.md, "Baselines").
 
 All four keep a class-balanced episodic memory B^t of ``buffer_size // T`` samples per task
-(:class:`~pall_avalanche.plugins.EpisodicMemory`, the buffer PALL uses) and share the one
-replay loop (:meth:`~pall_avalanche.plugins.ReplayObjective.steps`):
+(:class:`~pall_avalanche.rehearsal.EpisodicMemory`, the buffer PALL uses) and share the one
+replay loop (:meth:`~pall_avalanche.rehearsal.ReplayObjective.steps`):
 
 - **ER** adds, to every learning minibatch, CE on a task-balanced replay minibatch of the
   active tasks' buffers (each sample through its own task's head).
@@ -32,7 +32,7 @@ from torch import nn
 
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multitask import task_network
-from pall_avalanche.plugins import EpisodicMemory, ReplayObjective, check_replay_settings
+from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
 __all__ = [

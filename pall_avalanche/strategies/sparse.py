@@ -37,8 +37,12 @@ import torch
 from torch import nn
 
 from pall_avalanche.masks import MaskSet, SubnetworkNet
-from pall_avalanche.plugins import WeightResettingPlugin, redraw_
-from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, as_subnetwork_net
+from pall_avalanche.strategies.subnetwork import (
+    SubnetworkStrategy,
+    WeightResettingPlugin,
+    as_subnetwork_net,
+    redraw_,
+)
 
 __all__ = ["DynamicSparse", "IndependentSubnetworks", "StaticSparse", "share_sizes"]
 

@@ -2,7 +2,7 @@
 
 PALL, WSN, PackNet and the two sparse ablations all wrap the model in a
 :class:`~pall_avalanche.masks.SubnetworkNet` (task t runs with ``w ⊙ m_t``), freeze entries with
-a :class:`~pall_avalanche.plugins.MaskFreezingPlugin` while a task trains, give every task its
+a :class:`MaskFreezingPlugin` while a task trains, give every task its
 own token parameters where the backbone has them (ViT's CLS token and positional embedding,
 docs/fidelity.md, "Models"), keep one set of normalisation statistics per task (BatchNorm's
 running statistics: fresh when the task's learning request starts, frozen after it, deleted on
@@ -10,6 +10,10 @@ unlearning; :class:`~pall_avalanche.masks.SubnetworkNet`) and count one bit per 
 and the statistics' floats per stored mask in the model size. They differ only in how a task's
 mask is chosen (:meth:`SubnetworkStrategy.start_task`), which entries it may train
 (:meth:`SubnetworkStrategy.frozen_entries`) and how it is unlearned.
+
+The plugins they compose live here too: :class:`MaskFreezingPlugin` keeps the active tasks'
+entries bit-identical while a task trains, :class:`WeightResettingPlugin` stores the learned
+task's mask and re-draws (:func:`redraw_`) what must not keep information of its data.
 
 The model is a :class:`~pall_avalanche.models.TaskIncrementalNet` or an Avalanche
 ``MultiTaskModule`` with a ``MultiHeadClassifier`` (wrapped in a
@@ -19,16 +23,19 @@ heads are task parameters: trained by their task only, frozen after it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from pall_avalanche.masks import MaskSet, SubnetworkNet
+from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.masks import MaskSet, SubnetworkNet, draw_initial, mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.multitask import task_network
-from pall_avalanche.plugins import MaskFreezingPlugin
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["SubnetworkStrategy", "as_subnetwork_net"]
+__all__ = ["MaskFreezingPlugin", "SubnetworkStrategy", "WeightResettingPlugin",
+           "as_subnetwork_net", "redraw_"]
 
 
 def as_subnetwork_net(model: nn.Module, alpha: float = 1.0, n_tasks: int | None = None
@@ -47,6 +54,76 @@ def as_subnetwork_net(model: nn.Module, alpha: float = 1.0, n_tasks: int | None 
         raise ValueError(f"the SubnetworkNet given has alpha={model.alpha}, the strategy "
                          f"alpha={alpha}; pass the same value, or the unwrapped network")
     return model
+
+
+@torch.no_grad()
+def redraw_(net: SubnetworkNet, entries: MaskSet) -> None:
+    """Re-draw the given entries of the maskable parameters from the initialisation
+    distribution; every other entry stays bit-identical."""
+    for name, mask in entries.bools(net.device).items():
+        if mask.any():
+            weight = net.weight(name)
+            weight.copy_(torch.where(mask, draw_initial(net.maskable[name], name), weight))
+
+
+class MaskFreezingPlugin(UnlearningPlugin):
+    """Freezes the entries of the active tasks' masks during a learning request.
+
+    After every backward pass: ``grad ← (grad + weight_decay · w) ⊙ (1 − M)`` on the maskable
+    parameters, so frozen entries get an exactly-zero gradient and the request's fresh
+    SGD/Adam (built with no weight decay of its own) leaves them bit-identical.
+
+    :param weight_decay: the weight decay applied to free entries only (never to scores).
+    :param frozen: ``strategy → MaskSet`` of the entries to freeze for the request (default:
+        M, the OR of the active tasks' masks); :meth:`set_frozen` changes it mid-request.
+    """
+
+    def __init__(self, weight_decay: float = 0.0,
+                 frozen: Callable[[UnlearningTemplate], MaskSet] | None = None) -> None:
+        super().__init__()
+        self.weight_decay = weight_decay
+        self.frozen = frozen
+        self._params: list[torch.Tensor] = []
+        self._trainable: list[torch.Tensor] = []
+
+    def before_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        net: SubnetworkNet = strategy.model
+        self.set_frozen(net, net.cumulative_mask(strategy.active_tasks) if self.frozen is None
+                        else self.frozen(strategy))
+
+    def set_frozen(self, net: SubnetworkNet, frozen: MaskSet) -> None:
+        """Freeze exactly ``frozen`` from the next backward pass on."""
+        device = net.device
+        self._params = [w for _, w in net.named_weights()]
+        self._trainable = [(~m).float() for m in frozen.bools(device).values()]
+
+    def after_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        mask_gradients_(self._params, self._trainable, self.weight_decay)
+
+    def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        self._params, self._trainable = [], []
+
+
+class WeightResettingPlugin(UnlearningPlugin):
+    """Stores the learned task's final mask (top-k of its final scores) and discards the scores;
+    with ``redraw_unused`` it then re-draws every entry outside the cumulative mask M (entries
+    trained on D^t that ended outside m_t, and unused head rows), so no information of D^t
+    stays outside m_t.
+
+    :param redraw_unused: re-draw the entries outside M after learning (PALL: yes; WSN: no).
+    """
+
+    def __init__(self, redraw_unused: bool = True) -> None:
+        super().__init__()
+        self.redraw_unused = redraw_unused
+
+    def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        net: SubnetworkNet = strategy.model
+        task = strategy.experience.task_label
+        net.set_mask(task, MaskSet.from_bool(net.current_mask()))
+        net.stop_learning()
+        if self.redraw_unused:
+            redraw_(net, net.cumulative_mask(strategy.active_tasks).complement())
 
 
 def _check_every_parameter_is_trained(net: SubnetworkNet) -> None:

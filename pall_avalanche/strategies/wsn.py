@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pall_avalanche.plugins import WeightResettingPlugin
-from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
+from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, WeightResettingPlugin
 
 __all__ = ["WSN"]
 

@@ -1,17 +1,15 @@
-"""Plugins with one job each, shared by the subnetwork methods (PALL, WSN, PackNet, sparse)
-and the replay baselines.
+"""Rehearsal: which samples a task keeps, how they are stored, and what is trained from them —
+shared by PALL (its DER++ buffer and retraining) and the replay baselines (ER, DER++, GEM,
+ER (Retraining); :mod:`pall_avalanche.strategies.rehearsal`).
 
-- :class:`MaskFreezingPlugin` keeps every entry of the active tasks' masks bit-identical while a
-  new task trains (gradients zeroed, weight decay only on free entries).
-- :class:`WeightResettingPlugin` stores the learned task's mask and re-draws what it must from
-  the initialisation distribution: unused entries after learning, a task's entries on
-  unlearning.
+- Buffer selection (Table A3): :data:`SELECTIONS` per class, :func:`select_exemplars`
+  class-balanced; :func:`class_stratified_indices` for the replay baselines' unlearning
+  mini-batches.
 - :class:`EpisodicMemory` keeps a buffer per task (samples, for DER++ and PALL with their
   logits): selection, storage and state.
 - :class:`ReplayObjective` is what is trained from those buffers (CE + β·MSE replay, the
   uniform-prediction term of unlearning) in the one replay loop: PALL retrains chosen entries
-  with it, the replay baselines (ER, DER++, GEM, ER (Retraining)) replay, fine-tune away and
-  retrain from scratch with it.
+  with it, the replay baselines replay, fine-tune away and retrain from scratch with it.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from avalanche.models import MultiHeadClassifier
 from torch.nn import functional as F
 
 from pall_avalanche.core import UnlearningPlugin
-from pall_avalanche.masks import MaskSet, SubnetworkNet, draw_initial, mask_gradients_
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
@@ -32,24 +29,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SELECTIONS",
     "EpisodicMemory",
-    "MaskFreezingPlugin",
     "ReplayObjective",
-    "WeightResettingPlugin",
     "check_replay_settings",
     "class_stratified_indices",
-    "redraw_",
     "select_exemplars",
 ]
-
-
-@torch.no_grad()
-def redraw_(net: SubnetworkNet, entries: MaskSet) -> None:
-    """Re-draw the given entries of the maskable parameters from the initialisation
-    distribution; every other entry stays bit-identical."""
-    for name, mask in entries.bools(net.device).items():
-        if mask.any():
-            weight = net.weight(name)
-            weight.copy_(torch.where(mask, draw_initial(net.maskable[name], name), weight))
 
 
 # ------------------------------------------------------------------ buffer selection
@@ -201,66 +185,6 @@ def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch:
             handle.remove()
     features = torch.cat([f.flatten(1) for f in captured]) if captured else logits
     return logits, features
-
-
-class MaskFreezingPlugin(UnlearningPlugin):
-    """Freezes the entries of the active tasks' masks during a learning request.
-
-    After every backward pass: ``grad ← (grad + weight_decay · w) ⊙ (1 − M)`` on the maskable
-    parameters, so frozen entries get an exactly-zero gradient and the request's fresh
-    SGD/Adam (built with no weight decay of its own) leaves them bit-identical.
-
-    :param weight_decay: the weight decay applied to free entries only (never to scores).
-    :param frozen: ``strategy → MaskSet`` of the entries to freeze for the request (default:
-        M, the OR of the active tasks' masks); :meth:`set_frozen` changes it mid-request.
-    """
-
-    def __init__(self, weight_decay: float = 0.0,
-                 frozen: Callable[[UnlearningTemplate], MaskSet] | None = None) -> None:
-        super().__init__()
-        self.weight_decay = weight_decay
-        self.frozen = frozen
-        self._params: list[torch.Tensor] = []
-        self._trainable: list[torch.Tensor] = []
-
-    def before_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        net: SubnetworkNet = strategy.model
-        self.set_frozen(net, net.cumulative_mask(strategy.active_tasks) if self.frozen is None
-                        else self.frozen(strategy))
-
-    def set_frozen(self, net: SubnetworkNet, frozen: MaskSet) -> None:
-        """Freeze exactly ``frozen`` from the next backward pass on."""
-        device = net.device
-        self._params = [w for _, w in net.named_weights()]
-        self._trainable = [(~m).float() for m in frozen.bools(device).values()]
-
-    def after_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        mask_gradients_(self._params, self._trainable, self.weight_decay)
-
-    def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        self._params, self._trainable = [], []
-
-
-class WeightResettingPlugin(UnlearningPlugin):
-    """Stores the learned task's final mask (top-k of its final scores) and discards the scores;
-    with ``redraw_unused`` it then re-draws every entry outside the cumulative mask M (entries
-    trained on D^t that ended outside m_t, and unused head rows), so no information of D^t
-    stays outside m_t.
-
-    :param redraw_unused: re-draw the entries outside M after learning (PALL: yes; WSN: no).
-    """
-
-    def __init__(self, redraw_unused: bool = True) -> None:
-        super().__init__()
-        self.redraw_unused = redraw_unused
-
-    def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        net: SubnetworkNet = strategy.model
-        task = strategy.experience.task_label
-        net.set_mask(task, MaskSet.from_bool(net.current_mask()))
-        net.stop_learning()
-        if self.redraw_unused:
-            redraw_(net, net.cumulative_mask(strategy.active_tasks).complement())
 
 
 def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
