@@ -47,7 +47,8 @@ __all__ = [
 #: The checkpoint layout; a checkpoint of another format is set aside as corrupt and its run
 #: starts afresh (2: request results in the request log and the evaluator's metric, the
 #: episodic memory as its own plugin, no learning-order lists; 3: evaluation draws nothing
-#: from the training's random stream, so a run resumed across that change would mix two).
+#: from the training's random stream, so a run resumed across that change would mix two;
+#: plugin state keyed by the plugin's class, not its position).
 CHECKPOINT_FORMAT = 3
 _KIND = "__kind__"
 

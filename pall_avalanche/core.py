@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from avalanche.core import SupervisedPlugin
 
 from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.requests import REQUEST_KINDS
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["REQUEST_KINDS", "DivergedError", "RequestResult", "UnlearningPlugin"]
 
-REQUEST_KINDS = ("learn", "unlearn")
 
 
 @dataclass(frozen=True)

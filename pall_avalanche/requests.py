@@ -22,13 +22,15 @@ __all__ = [
     "UNLEARN",
     "InvalidRequestSequence",
     "Request",
+    "REQUEST_KINDS",
     "RequestSequence",
     "generate_requests",
 ]
 
 LEARN: Literal["learn"] = "learn"
 UNLEARN: Literal["unlearn"] = "unlearn"
-_KINDS = (LEARN, UNLEARN)
+#: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
+REQUEST_KINDS = (LEARN, UNLEARN)
 
 
 class InvalidRequestSequence(ValueError):
@@ -43,7 +45,7 @@ class Request:
     task: int
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
+        if self.kind not in REQUEST_KINDS:
             raise InvalidRequestSequence(
                 f"unknown request kind {self.kind!r}; valid kinds are 'learn' and 'unlearn'"
             )

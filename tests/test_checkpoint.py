@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import FAST_CONFIG, seq
+from helpers import FAST_CONFIG, make_strategy, seq
 
 from pall_avalanche.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -242,3 +242,28 @@ def test_a_records_hash_is_its_folder_also_with_replayed_requests_and_training_s
                                ).hexdigest()[:10]
         path = tmp_path / "digits" / "sequential" / by_hand / "seed0.json"
         assert record["config_hash"] == by_hand and read_record(path) == record
+
+
+def test_plugin_state_is_keyed_by_class_so_reordered_plugins_still_restore():
+    # PALL's own plugins plus a user's stateful one; the copy lists the user's plugins in
+    # another order with a stateless one in front: the state still goes to the right owner
+    from pall_avalanche.evaluation import RequestLog
+    from pall_avalanche.streams import RequestStream
+
+    strategy, bm, _ = make_strategy("pall", epochs=1, measured=False)
+    log = RequestLog()
+    strategy.plugins.append(log)
+    for exp in RequestStream(bm, seq("L0 L1")):
+        strategy.train(exp)
+    state = strategy.checkpoint_state()
+    keys = sorted(state["plugins"])
+    assert "pall_avalanche.rehearsal.EpisodicMemory" in keys
+    assert "pall_avalanche.evaluation.request_log.RequestLog" in keys
+    copy, _, _ = make_strategy("pall", epochs=1, measured=False)
+    copy.plugins.insert(0, UnlearningPlugin())           # stateless: not part of the state
+    copy.plugins.insert(0, RequestLog())
+    copy.restore_checkpoint_state(state)
+    for task in (0, 1):
+        for a, b in zip(strategy.memory.buffers[task], copy.memory.buffers[task], strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+    assert copy.active_tasks == [0, 1]

@@ -395,20 +395,27 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     # --------------------------------------------------------------- checkpoints
     def _stateful_plugins(self) -> dict[str, Stateful]:
-        """Position:class → every plugin, and every metric of the evaluator, with checkpoint
-        attributes (stateless ones, such as a progress or kill-switch plugin, may differ
-        between the saved and the resumed run)."""
+        """A stable name → every plugin, and every metric of the evaluator, with checkpoint
+        attributes: the class's qualified name, with ``#2``, ``#3`` ... for further instances
+        of one class (as Lightning keys callback state), so adding, removing or reordering
+        other plugins keeps a checkpoint loadable; stateless ones (a progress or kill-switch
+        plugin) may differ between the saved and the resumed run."""
         def stateful(items: Iterable, prefix: str) -> dict[str, Stateful]:
-            return {f"{prefix}{i}:{type(p).__name__}": p for i, p in enumerate(items)
-                    if isinstance(p, Stateful) and p.all_checkpoint_attributes()}
+            out: dict[str, Stateful] = {}
+            for p in items:
+                if isinstance(p, Stateful) and p.all_checkpoint_attributes():
+                    name = f"{prefix}{type(p).__module__}.{type(p).__qualname__}"
+                    count = sum(key == name or key.startswith(f"{name}#") for key in out)
+                    out[f"{name}#{count + 1}" if count else name] = p
+            return out
 
         return {**stateful(self.plugins, ""),
                 **stateful(getattr(self.evaluator, "metrics", ()), "metric ")}
 
     def checkpoint_state(self) -> dict:
         """The strategy's state between requests, as plain data: ``model`` (its
-        ``state_dict``), ``strategy`` (:meth:`state_dict`) and ``plugins`` (position:class →
-        ``state_dict``, the evaluator's stateful metrics included)."""
+        ``state_dict``), ``strategy`` (:meth:`state_dict`) and ``plugins`` (stable name →
+        ``state_dict``, the evaluator's stateful metrics included: :meth:`_stateful_plugins`)."""
         return {"model": self.model.state_dict(), "strategy": self.state_dict(),
                 "plugins": {key: p.state_dict() for key, p in self._stateful_plugins().items()}}
 
