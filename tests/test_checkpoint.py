@@ -93,14 +93,14 @@ def test_twice_killed_run_and_checkpoint_contents(tmp_path):
     strategy = state["strategy"]["strategy"]
     assert strategy["active_tasks"] == [1] and strategy["clock.train_exp_counter"] == 2
     results = next(v["results"] for k, v in state["strategy"]["plugins"].items()
-                   if k.endswith(":RequestLog"))
+                   if k.endswith(".RequestLog"))
     assert [(r["kind"], r["task"]) for r in results] == [("learn", 0), ("learn", 1),
                                                          ("unlearn", 0)]
     assert results[2]["statistics"]["redrawn"] > 0 and results[0]["statistics"] == {}
     (entries, tasks), = strategy["ledger.events"]  # U0 retrained entries with B^1
     assert tasks == {1} and entries["__kind__"] == "mask_set"
     buffers = next(v["buffers"] for k, v in state["strategy"]["plugins"].items()
-                   if k.endswith(":EpisodicMemory"))
+                   if k.endswith(".EpisodicMemory"))
     assert sorted(buffers) == [1] and len(buffers[1][0]) == CONFIG["buffer_size"] // 5
     assert list(state["strategy"]["model"]["_extra_state"]) == ["1"]  # packed mask of task 1
     resumed = run_record("pall", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt)
