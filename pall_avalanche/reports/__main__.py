@@ -2,4 +2,5 @@
 
 from pall_avalanche.reports.command import cli
 
-cli()
+if __name__ == "__main__":
+    cli()
