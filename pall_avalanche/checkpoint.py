@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ import torch
 from avalanche.training.utils import ParamData
 from torch import nn
 
-from pall_avalanche.masks import MaskSet
 from pall_avalanche.records import CorruptFileError, _one_line, write_atomic
 
 __all__ = [
@@ -40,6 +39,7 @@ __all__ = [
     "decode_state",
     "encode_state",
     "load_checkpoint",
+    "register_codec",
     "restore_rng_state",
     "save_checkpoint",
 ]
@@ -51,13 +51,29 @@ __all__ = [
 #: plugin state keyed by the plugin's class, not its position).
 CHECKPOINT_FORMAT = 3
 _KIND = "__kind__"
+#: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
+#: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),
+#: so this module needs no import of theirs.
+_CODECS: dict[str, tuple[type, Callable[[Any], dict], Callable[[Mapping], Any]]] = {}
+
+
+def register_codec(kind: str, cls: type, encode: Callable[[Any], dict],
+                   decode: Callable[[Mapping], Any]) -> None:
+    """Teach :func:`encode_state` / :func:`decode_state` a type: instances of ``cls`` are
+    stored as ``{"__kind__": kind, **encode(value)}`` and read back with ``decode``.
+
+    :raises ValueError: ``kind`` is taken by another class.
+    """
+    if kind in _CODECS and _CODECS[kind][0] is not cls:
+        raise ValueError(f"checkpoint kind {kind!r} is taken by {_CODECS[kind][0].__name__}")
+    _CODECS[kind] = (cls, encode, decode)
 
 
 def encode_state(value: Any, *, where: str = "value") -> Any:
     """``value`` as plain, ``weights_only``-loadable data.
 
-    Tensors are detached copies; :class:`~pall_avalanche.masks.MaskSet`, Avalanche
-    ``ParamData`` and ``nn.Module`` (its ``state_dict``) become tagged dicts; dicts, lists,
+    Tensors are detached copies; Avalanche ``ParamData``, ``nn.Module`` (its ``state_dict``)
+    and the types of :func:`register_codec` (``MaskSet``) become tagged dicts; dicts, lists,
     tuples and sets are encoded entry by entry; numbers, strings and ``None`` stay.
 
     :param value: the value to encode.
@@ -67,9 +83,9 @@ def encode_state(value: Any, *, where: str = "value") -> Any:
         return value
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
-    if isinstance(value, MaskSet):
-        return {_KIND: "mask_set", "shapes": {n: list(s) for n, s in value.shapes.items()},
-                "packed": dict(value.packed)}
+    for kind, (cls, encode, _) in _CODECS.items():
+        if isinstance(value, cls):
+            return {_KIND: kind, **encode(value)}
     if isinstance(value, ParamData):
         return {_KIND: "param_data", "name": value.name, "data": value.data.detach().clone()}
     if isinstance(value, nn.Module):
@@ -93,9 +109,8 @@ def decode_state(value: Any, *, where: str = "value") -> Any:
     """
     if isinstance(value, Mapping):
         kind = value.get(_KIND)
-        if kind == "mask_set":
-            return MaskSet({n: torch.Size(s) for n, s in value["shapes"].items()},
-                           value["packed"])
+        if kind in _CODECS:
+            return _CODECS[kind][2](value)
         if kind == "param_data":
             data = value["data"]
             return ParamData(value["name"], init_tensor=data, device=data.device)

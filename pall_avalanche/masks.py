@@ -44,6 +44,7 @@ from timm.models.vision_transformer import Attention
 from torch import nn
 from torch.func import functional_call
 
+from pall_avalanche.checkpoint import register_codec
 from pall_avalanche.models.multihead import TaskIncrementalNet, forward_by_task
 from pall_avalanche.models.multitask import MultiHeadNet, task_network
 
@@ -309,6 +310,14 @@ class MaskSet:
         for s in sets:
             out = out | s
         return out
+
+
+# MaskSets in checkpoints: their shapes and packed bits (pall_avalanche.checkpoint)
+register_codec(
+    "mask_set", MaskSet,
+    lambda m: {"shapes": {n: list(shape) for n, shape in m.shapes.items()},
+               "packed": dict(m.packed)},
+    lambda v: MaskSet({n: torch.Size(shape) for n, shape in v["shapes"].items()}, v["packed"]))
 
 
 class SubnetworkNet(MultiTaskModule):

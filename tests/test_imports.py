@@ -31,3 +31,13 @@ def test_the_rehearsal_module_imports_first():
 def test_every_module_imports_alone(module):
     result = imports_alone(module)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_core_imports_no_masks_or_timm():
+    # the request protocol is a leaf: checkpoints learn MaskSet from masks, not the reverse
+    probe = ("import sys, pall_avalanche.core; "
+             "print(sorted({'pall_avalanche.masks', 'timm'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
