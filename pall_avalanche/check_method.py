@@ -3,7 +3,7 @@
     python -m pall_avalanche.check_method NAME [--plugin FILE_OR_MODULE ...] [--seed K]
 
 prints one line per check (``ok`` or ``FAIL`` with what was seen) and exits 0 when all pass,
-1 when one fails, 2 on bad input. ``tests/test_check_method.py`` runs the same checks for
+1 when one fails, 2 on bad input. ``tests/contract/test_check_method.py`` runs the same checks for
 every registered method. On the sequence L0 L1 L2 U2 (:data:`CHECK_REQUESTS`):
 
 - **learns**: every learning request leaves its task above chance on its training data (the

@@ -13,7 +13,7 @@ from pall_avalanche.evaluation import compute_metrics, evaluate_tasks
 from pall_avalanche.requests import generate_requests
 from pall_avalanche.strategies import UnlearningPlugin
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def avalanche_script(block: int = 0) -> str:

@@ -23,7 +23,7 @@ from pall_avalanche.records import read_record
 from pall_avalanche.runs import record_path
 from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "table1.py"
 FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--quiet"]
 REQUIRED = {"method", "seed", "benchmark", "requests", "accuracy", "metrics", "timings",

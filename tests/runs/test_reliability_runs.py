@@ -49,7 +49,7 @@ from pall_avalanche.runs import (
     unsaved_path,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "table1.py"
 # A record in well under a second: 3 epochs on 40 samples per task, a 32-unit MLP.
 CONFIG = {**FAST_CONFIG, "epochs": 3, "train_per_task": 40, "n_retrain_iters": 2,

@@ -18,7 +18,7 @@ from pall_avalanche.catalog import method_label
 from pall_avalanche.rehearsal import SELECTIONS, select_exemplars
 from pall_avalanche.reports.render import legend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--seeds", "0", "--set", "epochs=1", "--train-per-task", "30", "--quiet"]
 
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import FAST_CONFIG, make_strategy, seq
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, make_strategy, seq
 
 from pall_avalanche.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -24,7 +24,7 @@ from pall_avalanche.cli import add_run_arguments, run_options
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.records import read_record
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
-from pall_avalanche.strategies import METHODS, UnlearningPlugin
+from pall_avalanche.strategies import UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
 CONFIG = {**FAST_CONFIG, "epochs": 1, "train_per_task": 40, "n_retrain_iters": 5,
@@ -65,7 +65,7 @@ def same_numbers(a: dict, b: dict) -> None:
         assert a.get(key) == b.get(key), key
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", BUILT_IN_METHODS)
 def test_killed_run_resumes_to_the_identical_record(method, tmp_path):
     ckpt = tmp_path / "seed0.ckpt"
     uninterrupted = run_record(method, 0, CONFIG, requests=REQUESTS)

@@ -11,7 +11,7 @@ from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.check_method import check_method, cli
 from pall_avalanche.extensions import load_plugins
 
-PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "l2_init_plugin.py"
+PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "l2_init_plugin.py"
 load_plugins([str(PLUGIN)])
 
 

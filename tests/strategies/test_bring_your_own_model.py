@@ -20,7 +20,7 @@ from avalanche.models import (
     SimpleMLP,
     as_multitask,
 )
-from helpers import FAST_CONFIG, predictions, seq
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, predictions, seq
 from torch import nn
 
 from pall_avalanche.data import build_benchmark
@@ -95,8 +95,8 @@ def test_subnetwork_methods_on_avalanche_models_never_forget_and_unlearn_exactly
     assert abs(accuracy[5][4] - 50.0) < 5.0 and accuracy[5][:4] == accuracy[4][:4]
 
 
-@pytest.mark.parametrize("method", sorted(set(METHODS) - {"pall", "pall_beta0", "pall_strict",
-                                                           "dynamic_sparse"}))
+@pytest.mark.parametrize("method", sorted(set(BUILT_IN_METHODS) - {
+    "pall", "pall_beta0", "pall_strict", "dynamic_sparse"}))
 def test_every_other_method_learns_and_unlearns_an_avalanche_model(method):
     strategy, bm, log = run_strategy(method, avalanche_model("MTSimpleMLP"), alpha=0.3)
     for exp in RequestStream(bm, seq("L0 L1 U1")):
