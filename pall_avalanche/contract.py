@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 from avalanche.models.utils import avalanche_forward
 from avalanche.training.plugins import LRSchedulerPlugin
-from torch.utils.data import DataLoader
 
 from pall_avalanche.audit import ProvenanceTracker
 from pall_avalanche.check_method import Check
 from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import request_evaluator
+from pall_avalanche.evaluation.measurement import evaluation_loader
 from pall_avalanche.models import build_model
 from pall_avalanche.runs import run_record, seed_everything
 from pall_avalanche.strategies import METHODS, build_strategy
@@ -51,8 +51,7 @@ class _Recorder(UnlearningPlugin):
         model.eval()
         self.logits.append([
             torch.cat([avalanche_forward(model, x.to(strategy.device), exp.task_label)
-                       for x, *_ in DataLoader(exp.dataset.eval(), batch_size=256,
-                                               generator=torch.Generator())])
+                       for x, *_ in evaluation_loader(exp.dataset.eval(), 256)])
             for exp in self.test_stream])
         model.train(was_training)
         self.params.append([p.detach().clone() for p in model.parameters()])

@@ -34,11 +34,18 @@ if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["LearningWarning", "RequestMeasurement", "balanced_accuracy", "evaluate_tasks",
-           "learning_failed"]
+           "evaluation_loader", "learning_failed"]
 
 
 class LearningWarning(UserWarning):
     """A learning request left its own task at chance on its training data."""
+
+
+def evaluation_loader(dataset, batch_size: int) -> DataLoader:
+    """Unshuffled batches of ``dataset`` for evaluation, with a generator of their own:
+    iterating a ``DataLoader`` draws a seed, which must not move the training's random stream
+    (evaluating never changes training)."""
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
 
 
 @torch.no_grad()
@@ -51,10 +58,7 @@ def balanced_accuracy(model: nn.Module, dataset, task: int, batch_size: int,
     was_training = model.training
     model.eval()
     predictions, targets = [], []
-    # its own generator: iterating a DataLoader draws a seed, which must not move the
-    # training's random stream
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
-    for x, y, *_ in loader:
+    for x, y, *_ in evaluation_loader(dataset, batch_size):
         predictions.append(avalanche_forward(model, x.to(device), task).argmax(1).cpu())
         targets.append(y)
     model.train(was_training)
@@ -85,11 +89,7 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
         task = exp.task_label   # one task per experience: an int, no per-batch split
         correct = torch.zeros((), dtype=torch.long, device=device)
         total = 0
-        # its own generator: iterating a DataLoader draws a seed, which must not move the
-        # training's random stream (evaluating never changes training)
-        loader = DataLoader(exp.dataset.eval(), batch_size=batch_size, shuffle=False,
-                            generator=torch.Generator())
-        for x, y, _ in loader:
+        for x, y, _ in evaluation_loader(exp.dataset.eval(), batch_size):
             x, y = x.to(device), y.to(device)
             correct += (avalanche_forward(model, x, task).argmax(1) == y).sum()
             total += len(y)

@@ -104,7 +104,10 @@ def test_requests_file_is_replayed_for_every_seed(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == before
 
 
-NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+NO_CUDA = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="this machine has a CUDA GPU, so --device cuda is valid here and there is no "
+           "refusal to check (the case runs on machines without CUDA, e.g. CI)")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -417,11 +417,13 @@ def small_disk(tmp_path) -> Path:
     folder = tmp_path / "disk"
     folder.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+        pytest.skip("the full-disk tests fill a real 8 MiB tmpfs and mounting one needs root; "
+                    "run the suite as root (as CI does) to cover them")
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"mounting a small tmpfs is not permitted here: {done.stderr.strip()}")
+        pytest.skip("the full-disk tests need a real small file system, and mounting a tmpfs "
+                    f"is refused on this machine ({done.stderr.strip()})")
     try:
         yield folder
     finally:
