@@ -16,7 +16,7 @@ functions; ``tests/test_startup.py`` checks that every built-in entry loads.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,22 @@ def load(ref: Any) -> Any:
     except (ImportError, AttributeError) as err:
         raise ValueError(f"cannot load {ref!r} ({type(err).__name__}: {err})") from None
     return obj
+
+
+def lazy_names(package: str, where: Mapping[str, str]
+               ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that import each public name from its
+    submodule on first use (``where``: name → submodule), so importing the package stays light
+    (``__getattr__, __dir__ = lazy_names(__name__, _WHERE)``)."""
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+
+    def __dir__() -> list[str]:
+        return sorted(where)
+
+    return __getattr__, __dir__
 
 
 def _check_name(name: str, registry: Mapping[str, Any], what: str) -> None:

@@ -13,7 +13,7 @@ A checkpoint file (:func:`save_checkpoint`) loads with ``torch.load(..., weights
 :func:`capture_rng_state` / :func:`restore_rng_state` cover Python, NumPy, torch CPU and CUDA.
 Tensors keep their device: resume on the device the run started on. A checkpoint file that
 cannot be loaded (random bytes, truncated, empty, refused by ``weights_only``, another
-format) raises :class:`~pall_avalanche.records.CorruptFileError` naming the file, so that the
+format) raises :class:`~pall_avalanche.runs.records.CorruptFileError` naming the file, so that the
 runner can set it aside and start afresh (:mod:`pall_avalanche.runs`).
 """
 
@@ -30,7 +30,7 @@ import torch
 from avalanche.training.utils import ParamData
 from torch import nn
 
-from pall_avalanche.records import CorruptFileError, _one_line, write_atomic
+from pall_avalanche.runs.records import CorruptFileError, _one_line, write_atomic
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -48,8 +48,9 @@ __all__ = [
 #: starts afresh (2: request results in the request log and the evaluator's metric, the
 #: episodic memory as its own plugin, no learning-order lists; 3: evaluation draws nothing
 #: from the training's random stream, so a run resumed across that change would mix two;
-#: plugin state keyed by the plugin's class, not its position).
-CHECKPOINT_FORMAT = 3
+#: plugin state keyed by the plugin's class, not its position; 4: the request log is kept by
+#: the evaluator's metric only, not also by a plugin of its own).
+CHECKPOINT_FORMAT = 4
 _KIND = "__kind__"
 #: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
 #: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),
@@ -236,7 +237,7 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     fsync, rename): a kill or a failed write leaves the previous checkpoint or the new one,
     never a mix. The bytes are serialised in memory first and written with a plain file
     write, so a full disk raises the operating system's error, as
-    :class:`~pall_avalanche.records.WriteError` (``no space left on device writing <path>``),
+    :class:`~pall_avalanche.runs.records.WriteError` (``no space left on device writing <path>``),
     not one of torch's zip writer.
 
     :param path: the checkpoint file.

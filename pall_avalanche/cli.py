@@ -30,7 +30,7 @@ from pall_avalanche.config import (
     parse_override,
 )
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
-from pall_avalanche.wandb_logging import WandbSettings, add_wandb_arguments
+from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
 __all__ = ["Parser", "add_run_arguments", "benchmark_config", "check_device", "config_from_args",
            "main_guard", "parse_methods", "parse_run_arguments", "program_name", "run_options",

@@ -254,10 +254,16 @@ def check_config(config: Mapping[str, Any], where: str, *, method: str | None = 
         check_setting(key, value, where, method=method)
 
 
-def check_run_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The resolved configuration of ``method`` (:func:`resolve_method_config`), checked key
-    by key and across keys (N_u ≤ T, the benchmark's classes split into T tasks); what the
-    runner checks for every (method, configuration) before the first request."""
+def check_run_config(config: Mapping[str, Any], method: str,
+                     overrides: Iterable[tuple[str, Any]] = ()) -> dict[str, Any]:
+    """The resolved configuration of ``method`` (:func:`resolve_method_config`) after
+    ``overrides`` (dotted keys, :func:`apply_overrides`), checked key by key and across keys
+    (N_u ≤ T, the benchmark's classes split into T tasks): the one place a run's configuration
+    is resolved and checked (:func:`pall_avalanche.runs.spec.plan`), before the first request
+    of any run."""
+    overrides = list(overrides)
+    if overrides:
+        config = apply_overrides(config, overrides)
     resolved = resolve_method_config(config, method)
     check_config(resolved, f"the configuration of {method!r}", method=method)
     lacking = [key for key in METHOD_INFO[method].params if key not in resolved] \

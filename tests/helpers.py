@@ -13,7 +13,7 @@ import torch
 
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestLog, request_evaluator
+from pall_avalanche.evaluation import request_evaluator, request_log_of
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import Request, RequestSequence
 from pall_avalanche.strategies import METHODS, build_strategy
@@ -48,19 +48,19 @@ def make_strategy(method: str, *, seed: int = 0, model: str = "mlp", measured: b
                   **overrides):
     """(strategy, benchmark, request log) for ``method`` on a reduced digits set, its
     evaluator measuring every request as the runner's does (``measured=False``: no
-    measurement, for tests that rewind the strategy's state and replay a request)."""
+    measurement and no log, for tests that rewind the strategy's state and replay a
+    request)."""
     config = {**FAST_CONFIG, "model": model, **overrides}
     torch.manual_seed(seed)
     bm = build_benchmark("digits", seed=seed, train_per_task=config["train_per_task"])
     net = build_model(model, input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2,
                       per_task_tokens=METHODS[method].strategy.per_task_tokens,
                       **config.get("model_kwargs", {}))
-    log = RequestLog()
-    strategy = build_strategy(method, model=net, config=config, plugins=[log],
+    strategy = build_strategy(method, model=net, config=config,
                               evaluator=request_evaluator(bm.test_stream,
                                                           config["eval_batch_size"])
                               if measured else None)
-    return strategy, bm, log
+    return strategy, bm, request_log_of(strategy.evaluator) if measured else None
 
 
 def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

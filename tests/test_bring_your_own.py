@@ -28,7 +28,7 @@ from pall_avalanche.config import check_setting, resolve_method_config
 from pall_avalanche.data import build_benchmark, check_benchmark
 from pall_avalanche.extensions import load_plugins
 from pall_avalanche.models import build_model
-from pall_avalanche.records import read_record
+from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import build_strategy
 from pall_avalanche.sweeps import expand_sweep
 
@@ -271,7 +271,7 @@ def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
 def test_a_config_file_takes_what_it_leaves_out_from_its_benchmark_per_method_too(tmp_path):
     from pall_avalanche.cli import config_from_args, parse_run_arguments
     from pall_avalanche.config import CONFIG_DIR, check_run_config
-    from pall_avalanche.experiments import script_parser
+    from pall_avalanche.runs.grid import script_parser
 
     shipped = yaml.safe_load((CONFIG_DIR / "cifar10.yaml").read_text())
     mine = tmp_path / "mine.yaml"

@@ -41,3 +41,12 @@ def test_the_core_imports_no_masks_or_timm():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_package_stays_in_small_rooms():
+    # the package root holds at most 12 modules and no file grows past 500 lines
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 12, root
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from wandb_offline import read_offline_run
 
-from pall_avalanche import wandb_logging
 from pall_avalanche.config import config_hash
-from pall_avalanche.wandb_logging import WandbSettings
+from pall_avalanche.runs import wandb_logging
+from pall_avalanche.runs.wandb_logging import WandbSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--seeds", "0", "--set", "epochs=1", "--set", "train_per_task=40", "--quiet"]

@@ -7,13 +7,13 @@ The names are loaded on first use, so reading records and writing reports
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pall_avalanche.catalog import lazy_names
 
 #: public name → the submodule defining it
 _WHERE = {
     "UnlearningMetrics": "avalanche_metrics",
     "request_evaluator": "avalanche_metrics",
+    "request_log_of": "avalanche_metrics",
     "unlearning_metrics": "avalanche_metrics",
     "LearningWarning": "measurement",
     "RequestMeasurement": "measurement",
@@ -30,11 +30,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

@@ -16,7 +16,8 @@ sequence leaves the paper's protocol, e.g. a task learned again after it was unl
 ``UnlearningMetrics/request_seconds`` and ``UnlearningMetrics/model_size_mb``. Avalanche's
 loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evaluator's
 ``get_last_metrics()`` returns them. This is the one evaluation path: the runner's records are
-built from the same measurements (:class:`~pall_avalanche.evaluation.RequestLog`).
+built from the same measurements: the metric's :class:`~pall_avalanche.evaluation.RequestLog`
+(:func:`request_log_of`).
 
 Avalanche hands a metric only the strategy, not the unlearned task: the metric finds it as
 the task that left ``strategy.active_tasks`` during the request.
@@ -34,9 +35,10 @@ from avalanche.training.plugins import EvaluationPlugin
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.evaluation.measurement import RequestMeasurement
 from pall_avalanche.evaluation.metrics import compute_metrics
+from pall_avalanche.evaluation.request_log import RequestLog
 from pall_avalanche.requests import InvalidRequestSequence, Request, RequestSequence
 
-__all__ = ["UnlearningMetrics", "request_evaluator", "unlearning_metrics"]
+__all__ = ["UnlearningMetrics", "request_evaluator", "request_log_of", "unlearning_metrics"]
 
 PREFIX = "UnlearningMetrics"
 
@@ -46,23 +48,22 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
     request (module docstring). It also hands each request's
     :class:`~pall_avalanche.core.RequestResult` to the strategy
     (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.request_measured`), which fires
-    ``after_request`` with it. Its state (the requests and rows so far) is saved with the
-    strategy's checkpoints.
+    ``after_request`` with it once the request is over and its parameters are finite, after
+    adding it to :attr:`log`, the run's :class:`~pall_avalanche.evaluation.RequestLog` (the one
+    place the accuracy rows are kept; saved with the strategy's checkpoints).
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
     """
 
-    checkpoint_attributes = ("requests", "rows")
+    checkpoint_attributes = ("log.results",)
 
     def __init__(self, test_stream: Sequence, eval_mb_size: int | None = None) -> None:
         super().__init__()
         self.measurement = RequestMeasurement(test_stream, eval_mb_size)
         self.n_tasks = len(self.measurement.test_stream)
-        #: The requests measured so far, as (kind, task).
-        self.requests: list[tuple[str, int]] = []
-        #: Their accuracy rows.
-        self.rows: list[list[float]] = []
+        #: The requests measured so far, with their accuracy rows and figures.
+        self.log = RequestLog()
         self._active_before: list[int] = []
         self._last: dict = {}
 
@@ -96,9 +97,10 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
         return self._finish(strategy, "unlearn", task)
 
     def _finish(self, strategy, kind: str, task: int) -> list[MetricValue]:
-        index = len(self.requests)
+        index = len(self.log.results)
         result = self.measurement.finish(strategy, index, kind, task)
-        requests, rows = [*self.requests, (kind, task)], [*self.rows, list(result.accuracy)]
+        requests = [*self.log.requests, (kind, task)]
+        rows = [*self.log.accuracy, list(result.accuracy)]
         try:
             sequence = RequestSequence([Request(k, t) for k, t in requests], self.n_tasks)
             metrics = compute_metrics(rows, sequence)
@@ -106,9 +108,7 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
             # outside the paper's protocol (a task learned again after it was unlearned): the
             # paper's metrics are not defined, every task's accuracy still is
             metrics = {}
-        self.requests.append((kind, task))
-        self.rows.append(rows[-1])
-        strategy.request_measured(result)
+        strategy.request_measured(result, accepted=self.log.add)
         values = {f"{PREFIX}/accuracy/task{t}": a for t, a in enumerate(result.accuracy)}
         values.update({f"{PREFIX}/{name}": value for name, value in metrics.items()
                        if value is not None})
@@ -146,3 +146,16 @@ def request_evaluator(test_stream: Sequence, eval_mb_size: int | None = None, *,
         warnings.filterwarnings("ignore", message="No loggers specified")
         return EvaluationPlugin(*unlearning_metrics(test_stream, eval_mb_size),
                                 loggers=list(loggers))
+
+
+def request_log_of(evaluator: EvaluationPlugin) -> RequestLog:
+    """The :class:`RequestLog` of the :class:`UnlearningMetrics` in ``evaluator`` (a strategy's
+    ``evaluator``): every request measured so far.
+
+    :raises ValueError: the evaluator does not measure requests.
+    """
+    for metric in getattr(evaluator, "metrics", ()):
+        if isinstance(metric, UnlearningMetrics):
+            return metric.log
+    raise ValueError("the evaluator has no UnlearningMetrics: give it unlearning_metrics(...) "
+                     "or use request_evaluator(...)")

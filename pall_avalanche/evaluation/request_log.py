@@ -1,35 +1,34 @@
-"""The requests of a run as they end: a subscriber to the template's ``after_request`` event.
+"""The requests of a run as they were measured: :class:`RequestLog`, owned by the evaluator's
+:class:`~pall_avalanche.evaluation.UnlearningMetrics` (the one place a run's accuracy rows are
+kept; :func:`~pall_avalanche.evaluation.request_log_of` finds it in an evaluator).
 
-:class:`RequestLog` keeps every :class:`~pall_avalanche.core.RequestResult` a strategy fired
-and gives them in the record's shapes: the accuracy matrix, per-request timings, model sizes,
-learning checks and the method's statistics. It is the runner's record builder's source; a
-user adds it to read the same figures from their own script.
+It keeps every :class:`~pall_avalanche.core.RequestResult` in the shapes of a record: the
+accuracy matrix, per-request timings, model sizes, learning checks and the method's
+statistics. The runner's record builder reads it; a user reads the same figures from their
+own script.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pall_avalanche.core import RequestResult, UnlearningPlugin
+from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.core import RequestResult
 
 __all__ = ["RequestLog"]
 
 
-class RequestLog(UnlearningPlugin):
-    """Every request's result, in order (stateful: resumed runs keep what came before).
-
-    Needs an evaluator that measures requests
-    (:func:`~pall_avalanche.evaluation.unlearning_metrics`): without one no result is fired.
-    """
+class RequestLog(Stateful):
+    """Every request's result, in order (stateful: resumed runs keep what came before)."""
 
     checkpoint_attributes = ("results",)
 
     def __init__(self) -> None:
-        super().__init__()
-        #: One plain dict per request (:meth:`RequestResult` fields; JSON-ready).
+        #: One plain dict per request (:class:`RequestResult` fields; JSON-ready).
         self.results: list[dict[str, Any]] = []
 
-    def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
+    def add(self, result: RequestResult) -> None:
+        """Append a measured request."""
         self.results.append({
             "kind": result.kind, "task": result.task, "timing": result.timing(),
             "accuracy": list(result.accuracy), "model_size_mb": result.model_size_mb,
@@ -37,6 +36,11 @@ class RequestLog(UnlearningPlugin):
             "learning_check": None if result.learning_check is None
             else dict(result.learning_check),
         })
+
+    @property
+    def requests(self) -> list[tuple[str, int]]:
+        """The requests so far, as (kind, task)."""
+        return [(r["kind"], r["task"]) for r in self.results]
 
     @property
     def accuracy(self) -> list[list[float]]:

@@ -15,8 +15,8 @@ import torch
 from pall_avalanche.config import CONFIG_DIR, load_config
 from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.models import build_model
+from pall_avalanche.requests.streams import UnlearnExperience
 from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
-from pall_avalanche.streams import UnlearnExperience
 
 __all__ = ["CLOCKS", "StepTimer", "measure_masking", "synthetic_cifar"]
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from pall_avalanche.catalog import TABLE1_ALPHAS
 from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
-from pall_avalanche.experiments import GridPoint, closing_summary, run_grid, start_script
 from pall_avalanche.reports import (
     chance_by_benchmark,
     epochs_per_task,
@@ -35,7 +34,8 @@ from pall_avalanche.reports import (
     table1_frame,
     write_report,
 )
-from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
+from pall_avalanche.runs.grid import GridPoint, closing_summary, run_grid, start_script
+from pall_avalanche.runs.wandb_logging import WandbSettings, default_group, log_table
 
 #: Command-line keys that fix PALL's α: Table 1 then has one PALL row, at that α.
 ALPHA_KEYS = {"alpha", "methods.pall.alpha"}

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from pall_avalanche.catalog import SELECTION_NAMES
 from pall_avalanche.cli import main_guard
-from pall_avalanche.experiments import (
+from pall_avalanche.reports import format_table, summary_frame
+from pall_avalanche.runs.grid import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
-from pall_avalanche.reports import format_table, summary_frame
 
 NAME = "table_buffer_selection"
 LABELS = {"random": "Random selection", "herding": "Herding algorithm",

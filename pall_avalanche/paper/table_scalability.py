@@ -13,19 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from pall_avalanche.cli import main_guard
-from pall_avalanche.experiments import (
-    GridPoint,
-    finish_report,
-    run_grid,
-    script_parser,
-    start_script,
-)
 from pall_avalanche.reports import (
     format_table,
     label_rows,
     plot_metrics_vs,
     summary_frame,
     wide_table,
+)
+from pall_avalanche.runs.grid import (
+    GridPoint,
+    finish_report,
+    run_grid,
+    script_parser,
+    start_script,
 )
 
 NAME = "table_scalability"

@@ -1,5 +1,9 @@
 """Runs: (method, configuration, seed) → result record, and many of them with resume.
 
+The names are loaded on first use: the torch-free rooms (:mod:`~pall_avalanche.runs.grid`,
+the paper scripts' grid; :mod:`~pall_avalanche.runs.records`, record files and locks;
+:mod:`~pall_avalanche.runs.wandb_logging`) import without torch.
+
 The rooms: :mod:`~pall_avalanche.runs.spec` (what a run is: :class:`RunSpec`, seeding),
 :mod:`~pall_avalanche.runs.engine` (the unit of work: build, resume, step, record, write),
 :mod:`~pall_avalanche.runs.subscribers` (checkpoint writer, lock heartbeat, W&B logger),
@@ -26,7 +30,7 @@ Several processes on one results folder (W&B sweep agents, shells, hosts sharing
 system) split the work instead of each computing everything:
 
 * Locks. Before computing a record, :func:`run_experiments` takes ``seed<k>.lock`` beside it
-  (:func:`pall_avalanche.records.acquire_lock`: ``O_CREAT | O_EXCL``, JSON with pid, host,
+  (:func:`pall_avalanche.runs.records.acquire_lock`: ``O_CREAT | O_EXCL``, JSON with pid, host,
   start time), refreshes its modification time after every request and deletes it when the
   record is written or the run failed. With ``jobs > 1`` the parent process takes the lock
   of each pair when it hands the pair to a worker (at most ``jobs`` at a time, so that other
@@ -35,7 +39,7 @@ system) split the work instead of each computing everything:
   on stderr says what it waits for) until the record is written (then reads it) or the lock
   is stale (then breaks it, saying so on stderr, and computes the record). Stale: its owner
   ran on this host and that pid is gone, or it was not refreshed for
-  :data:`~pall_avalanche.records.LOCK_STALE_SECONDS` (6 hours; owners on other hosts). Only
+  :data:`~pall_avalanche.runs.records.LOCK_STALE_SECONDS` (6 hours; owners on other hosts). Only
   the lock holder reads or writes a record's checkpoint, so no run resumes from another's
   checkpoint in flight; a checkpoint that vanishes before it is read means "no checkpoint".
 * Leftovers. A kill mid-write leaves ``.seed<k>.json.*.tmp`` / ``.seed<k>.ckpt.*.tmp``:
@@ -44,13 +48,13 @@ system) split the work instead of each computing everything:
   the finished record is found and no live other owner holds the lock.
 * Corrupt files. A checkpoint that does not load (random bytes, truncated, empty) and a
   record file that is not a complete record (truncated JSON) give one
-  :class:`~pall_avalanche.records.RunWarning` line naming the file; the file is renamed to
+  :class:`~pall_avalanche.runs.records.RunWarning` line naming the file; the file is renamed to
   ``<name>.corrupt`` (or ``.corrupt.N``) and the record is computed afresh. Warnings raised in
   worker processes are re-issued by the parent.
 * Write failures. Every file is written atomically
-  (:func:`~pall_avalanche.records.write_atomic`): a failed write (disk full, permissions)
+  (:func:`~pall_avalanche.runs.records.write_atomic`): a failed write (disk full, permissions)
   leaves the previous file, and the run fails with one line saying what happened and where
-  (:class:`~pall_avalanche.records.WriteError`: ``no space left on device writing <path>``).
+  (:class:`~pall_avalanche.runs.records.WriteError`: ``no space left on device writing <path>``).
   A checkpoint that cannot be written ends the run with the previous checkpoint kept. If
   writing a finished record fails, the record is written to
   ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/seed<k>.json`` and the error
@@ -64,18 +68,28 @@ system) split the work instead of each computing everything:
   leaves no worker computing its queue or waiting forever.
 """
 
-from pall_avalanche.runs.batch import run_experiments
-from pall_avalanche.runs.engine import run_record, run_spec
-from pall_avalanche.runs.pool import worker_device
-from pall_avalanche.runs.spec import RunSpec, seed_everything
-from pall_avalanche.runs.store import (
-    RECORD_FORMAT,
-    checkpoint_path,
-    lock_path,
-    record_path,
-    unsaved_path,
-)
+from __future__ import annotations
 
-__all__ = ["RECORD_FORMAT", "RunSpec", "checkpoint_path", "lock_path", "record_path",
-           "run_experiments", "run_record", "run_spec", "seed_everything", "unsaved_path",
-           "worker_device"]
+from pall_avalanche.catalog import lazy_names
+
+#: public name → the submodule defining it
+_WHERE = {
+    "run_experiments": "batch",
+    "run_specs": "batch",
+    "run_record": "engine",
+    "run_spec": "engine",
+    "worker_device": "pool",
+    "RunSpec": "spec",
+    "plan": "spec",
+    "seed_everything": "engine",
+    "RECORD_FORMAT": "store",
+    "checkpoint_path": "store",
+    "lock_path": "store",
+    "record_path": "store",
+    "unsaved_path": "store",
+}
+
+__all__ = sorted(_WHERE)
+
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

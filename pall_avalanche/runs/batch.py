@@ -17,19 +17,17 @@ import torch
 from tqdm.auto import tqdm
 
 from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
-from pall_avalanche.config import check_run_config
 from pall_avalanche.core import DivergedError
 from pall_avalanche.data import check_benchmark
-from pall_avalanche.records import RecordLock, RunWarning, describe_lock
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.engine import RunOptions, run_and_write
 from pall_avalanche.runs.pool import run_in_worker, start_pool
-from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.runs.records import RecordLock, RunWarning, describe_lock
+from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
-from pall_avalanche.strategies import METHODS
-from pall_avalanche.wandb_logging import WandbSettings, default_group
+from pall_avalanche.runs.wandb_logging import WandbSettings, default_group
 
-__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "run_experiments"]
+__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "run_experiments", "run_specs"]
 
 #: How often a run waiting for records locked by another process looks again (seconds).
 LOCK_POLL_SECONDS = 2.0
@@ -56,7 +54,7 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     Other processes may run on the same ``out_dir`` at the same time: each record is computed
     by the process holding its lock (``seed<k>.lock``), the others wait for it and read it;
     stale locks are broken, leftovers of killed runs deleted, corrupt checkpoints and records
-    set aside with a :class:`~pall_avalanche.records.RunWarning`, and a record that cannot be
+    set aside with a :class:`~pall_avalanche.runs.records.RunWarning`, and a record that cannot be
     written is kept in :func:`unsaved_path` (module docstring).
 
     :param methods: names from ``METHODS``.
@@ -88,28 +86,39 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         (``jobs=1``: a spawned worker would not have it; register a builder with
         :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
     """
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; valid methods are {sorted(METHODS)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} is invalid; it must be an integer >= 1")
     repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if repeated:
         raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
-    if probe is not None and checkpoints:
-        raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
     added = benchmark is not None and _register_given(benchmark, config["benchmark"], jobs)
-    try:
-        for method in methods:      # every configuration checked before the first request
-            check_run_config(config, method)
+    try:        # every configuration checked before the first request
+        specs = plan(methods, seeds, config, requests=requests,
+                     train_seed_offset=train_seed_offset)
     except ValueError:
         if added:                   # nothing ran: the name stays free
             del BENCHMARK_INFO[config["benchmark"]]
         raise
-    pairs = [(m, s) for m in methods for s in seeds]
-    train_seeds = {s: None if train_seed_offset is None else s + train_seed_offset
-                   for s in seeds}
-    specs = {pair: RunSpec.of(*pair, config, requests, train_seeds[pair[1]]) for pair in pairs}
+    return run_specs(specs, out_dir, group=default_group(config), device=device,
+                     show_progress=show_progress, jobs=jobs, checkpoints=checkpoints,
+                     wandb=wandb, probe=probe, stats=stats)
+
+
+def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
+              device: str | torch.device = "cpu", show_progress: bool = True, jobs: int = 1,
+              checkpoints: bool = True, wandb: WandbSettings | None = None,
+              probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None
+              ) -> list[dict]:
+    """The records of ``specs`` (checked specifications, :func:`~pall_avalanche.runs.spec.plan`),
+    in order: reused when finished under ``out_dir``, computed here or in ``jobs`` worker
+    processes under their locks otherwise (the arguments as in :func:`run_experiments`;
+    ``group``: the W&B group of the runs)."""
+    if probe is not None and checkpoints:
+        raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
+    pairs = [(spec.method, spec.seed) for spec in specs]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError("the specifications name a (method, seed) pair more than once")
+    specs = dict(zip(pairs, specs, strict=True))
     paths = {pair: spec.record_path(out_dir) for pair, spec in specs.items()}
 
     def usable(record: dict | None) -> bool:
@@ -132,7 +141,7 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
 
     def arguments(pair: tuple[str, int], progress: bool) -> tuple:
         return (specs[pair], paths[pair], RunOptions(str(device), checkpoints, progress, wandb,
-                                                   probe, default_group(config)))
+                                                   probe, group))
 
     if missing:
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,

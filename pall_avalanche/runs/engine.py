@@ -2,18 +2,22 @@
 checkpoint, stepped through its requests and turned into its record (:func:`run_spec`,
 :func:`run_record`); :func:`run_and_write` also writes the record and removes the checkpoint.
 
-Every request ends in the strategy's ``after_request`` event; its subscribers here are the
-request log (the record's source), the caller's plugins, the audit's probe, the
-:class:`CheckpointWriter` and the :class:`LockHeartbeat`, in this order.
+Every request is measured by the evaluator's metric, whose request log is the record's
+source, and ends in the strategy's ``after_request`` event; its subscribers here are the
+caller's plugins, the audit's probe, the :class:`CheckpointWriter` and the
+:class:`LockHeartbeat`, in this order.
 """
 
 from __future__ import annotations
 
+import platform
+import random
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +35,28 @@ from pall_avalanche.evaluation import (
     compute_metrics,
     model_size_mb,
     request_evaluator,
+    request_log_of,
 )
 from pall_avalanche.extensions import provenance as extension_provenance
 from pall_avalanche.models import build_model
-from pall_avalanche.records import CorruptFileError, RunWarning, set_aside, write_json_atomic
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runs.spec import RunSpec, device_info, seed_everything, versions
+from pall_avalanche.requests.streams import RequestStream
+from pall_avalanche.runs.records import CorruptFileError, RunWarning, set_aside, write_json_atomic
+from pall_avalanche.runs.spec import RunSpec
 from pall_avalanche.runs.store import RECORD_FORMAT, checkpoint_path, unsaved_error
 from pall_avalanche.runs.subscribers import CheckpointWriter, LockHeartbeat, WandbRequestLogger
+from pall_avalanche.runs.wandb_logging import WandbSettings, wandb_run
 from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
-from pall_avalanche.streams import RequestStream
-from pall_avalanche.wandb_logging import WandbSettings, wandb_run
 
-__all__ = ["RunOptions", "run_and_write", "run_record", "run_spec"]
+__all__ = ["RunOptions", "device_info", "run_and_write", "run_record", "run_spec",
+           "seed_everything", "versions"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) random number generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 @dataclass
@@ -65,9 +78,10 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
            probe: Callable[[], Any] | None, checkpoint: Path | None,
            heartbeat: Callable[[], Any] | None) -> _Run:
     """Benchmark, model and strategy of ``spec`` (seeded by its seed; then re-seeded by its
-    training seed if it has one), with the evaluator measuring every request and, subscribed
-    to ``after_request`` in this order, the request log, ``plugins``, the probe's plugins, the
-    checkpoint writer (it saves what the others recorded) and the lock heartbeat."""
+    training seed if it has one), with the evaluator measuring every request (its metric keeps
+    the request log, the record's source) and, subscribed to ``after_request`` in this order,
+    ``plugins``, the probe's plugins, the checkpoint writer (it saves what the others recorded)
+    and the lock heartbeat."""
     config = spec.config
     seed_everything(spec.seed)
     benchmark = build_benchmark(
@@ -79,7 +93,6 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
                         classes_per_task=split.classes_per_task,
                         per_task_tokens=METHODS[spec.method].strategy.per_task_tokens,
                         **(config.get("model_kwargs") or {}))
-    log = RequestLog()
     probed = probe() if probe is not None else None
     resumed_after: list[int] = []
     last = [*([CheckpointWriter(checkpoint, spec.identity(), resumed_after)]
@@ -87,8 +100,9 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
             *([LockHeartbeat(heartbeat)] if heartbeat is not None else [])]
     strategy = build_strategy(
         spec.method, model=model, config=config, device=device,
-        plugins=[log, *plugins, *(probed.plugins if probed else ()), *last],
+        plugins=[*plugins, *(probed.plugins if probed else ()), *last],
         evaluator=request_evaluator(benchmark.test_stream, config["eval_batch_size"]))
+    log = request_log_of(strategy.evaluator)
     if spec.train_seed is not None:
         seed_everything(spec.train_seed)
     return _Run(spec, benchmark, strategy, log, probed, device, resumed_after)
@@ -182,7 +196,7 @@ def run_record(method: str, seed: int, config: dict, *,
     :param checkpoint: a checkpoint file: saved (atomically) after every request, resumed from
         if it exists (it must come from the same method, seed, configuration and requests).
         One that does not load is renamed ``<name>.corrupt`` with a
-        :class:`~pall_avalanche.records.RunWarning` and the run starts afresh; one that
+        :class:`~pall_avalanche.runs.records.RunWarning` and the run starts afresh; one that
         vanishes before it is read counts as none. The caller deletes it once the record is
         safe. ``None``: no checkpoints.
     :param plugins: further plugins (e.g. loggers subscribing to ``after_request``).
@@ -263,3 +277,29 @@ def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
     # the record is safe: its checkpoint (this run's, or an orphan one) is of no further use
     checkpoint_path(path).unlink(missing_ok=True)
     return record
+
+
+def versions() -> dict[str, str]:
+    """Python, platform and the versions of the packages a record's numbers depend on."""
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for dist in ("pall-avalanche", "torch", "torchvision", "avalanche-lib", "numpy", "timm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    """The device a run trained on: the GPU's name, or the CPU model and torch's threads."""
+    if device.type == "cuda":
+        return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"type": "cpu", "name": cpu, "threads": torch.get_num_threads()}

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from pall_avalanche.extensions import load_plugins, loaded_plugins
-from pall_avalanche.records import RunWarning, write_json_atomic
 from pall_avalanche.runs.engine import run_and_write
+from pall_avalanche.runs.records import RunWarning, write_json_atomic
 
 __all__ = ["ensure_avalanche_config", "init_worker", "run_in_worker", "start_pool",
            "worker_device"]
@@ -99,7 +99,7 @@ def exit_with_parent(parent: int | None) -> None:
 
 def run_in_worker(*args: Any, **kwargs: Any) -> tuple[dict, list[str]]:
     """:func:`run_and_write` in a worker process: the record, and the messages of the
-    :class:`~pall_avalanche.records.RunWarning` it raised, for the parent to re-issue (other
+    :class:`~pall_avalanche.runs.records.RunWarning` it raised, for the parent to re-issue (other
     warnings, and all of them if the run fails, are shown here)."""
     caught: list = []
     record = None

@@ -1,34 +1,20 @@
 """What a run is: :class:`RunSpec` (method, seed, resolved configuration, requests, training
-seed), whose hash names the record's folder; :func:`seed_everything`; and what it ran on
-(:func:`versions`, :func:`device_info`), stored with its record."""
+seed), whose hash names the record's folder, and :func:`plan`, the one place where a
+configuration is resolved and checked for its runs. Imports no torch (refusals stay fast)."""
 
 from __future__ import annotations
 
-import platform
-import random
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-import torch
-
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.config import config_hash, resolve_method_config
+from pall_avalanche.config import check_run_config, config_hash
 from pall_avalanche.requests import Request, RequestSequence, generate_requests
 
-__all__ = ["RunSpec", "device_info", "seed_everything", "versions"]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) random number generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+__all__ = ["RunSpec", "plan"]
 
 
 @dataclass(frozen=True)
@@ -63,19 +49,13 @@ class RunSpec:
     def of(cls, method: str, seed: int, config: Mapping[str, Any],
            requests: RequestSequence | Sequence | None = None,
            train_seed: int | None = None) -> RunSpec:
-        """The specification of ``method`` with ``config`` (resolved for the method here).
+        """The checked specification of one run (:func:`plan` for one method and seed).
 
         :param requests: a :class:`RequestSequence` or a list of requests or of
             ``{"kind", "task"}`` dicts; ``None``: generated from the seed.
         """
-        if method not in METHOD_INFO:
-            raise ValueError(f"unknown method {method!r}; valid methods are "
-                             f"{sorted(METHOD_INFO)}")
-        resolved = resolve_method_config(config, method)
-        if requests is not None and not isinstance(requests, RequestSequence):
-            requests = RequestSequence(requests, resolved["n_tasks"])
-        return cls(method, seed, resolved, None if requests is None else tuple(requests),
-                   train_seed)
+        offset = None if train_seed is None else train_seed - seed
+        return plan([method], [seed], config, requests=requests, train_seed_offset=offset)[0]
 
     @property
     def sequence(self) -> RequestSequence:
@@ -112,27 +92,33 @@ class RunSpec:
                 / f"seed{self.seed}.json")
 
 
-def versions() -> dict[str, str]:
-    """Python, platform and the versions of the packages a record's numbers depend on."""
-    out = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for dist in ("pall-avalanche", "torch", "torchvision", "avalanche-lib", "numpy", "timm"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any], *,
+         overrides: Sequence[tuple[str, Any]] = (),
+         requests: RequestSequence | Sequence | None = None,
+         train_seed_offset: int | None = None) -> list[RunSpec]:
+    """The specifications of every (method, seed), in that order: ``config`` with
+    ``overrides`` resolved and checked once per method
+    (:func:`~pall_avalanche.config.check_run_config`), the requests checked against it. The
+    edge of the run wing: everything below it receives these frozen, checked specifications.
 
-
-def device_info(device: torch.device) -> dict[str, Any]:
-    """The device a run trained on: the GPU's name, or the CPU model and torch's threads."""
-    if device.type == "cuda":
-        return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"type": "cpu", "name": cpu, "threads": torch.get_num_threads()}
+    :param methods: registered method names.
+    :param seeds: the seeds.
+    :param config: a full configuration (global keys plus optional ``methods`` section).
+    :param overrides: (dotted key, value) pairs set on ``config`` first (a grid point's).
+    :param requests: replay this sequence for every seed (``None``: generated per seed).
+    :param train_seed_offset: train seed ``s`` with training seed ``s + offset``
+        (``None``: the seed itself).
+    :raises ValueError: an unknown method, a bad configuration or request sequence.
+    """
+    specs = []
+    for method in methods:
+        if method not in METHOD_INFO:
+            raise ValueError(f"unknown method {method!r}; valid methods are "
+                             f"{sorted(METHOD_INFO)}")
+        resolved = check_run_config(config, method, overrides)
+        sequence = None if requests is None else tuple(
+            RequestSequence(list(requests), resolved["n_tasks"]))
+        specs += [RunSpec(method, seed, resolved, sequence,
+                          None if train_seed_offset is None else seed + train_seed_offset)
+                  for seed in seeds]
+    return specs

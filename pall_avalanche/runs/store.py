@@ -10,7 +10,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from pall_avalanche.records import (
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.records import (
     CorruptFileError,
     RecordLock,
     RunWarning,
@@ -19,7 +20,6 @@ from pall_avalanche.records import (
     set_aside,
     write_json_atomic,
 )
-from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.spec import RunSpec
 
 __all__ = ["RECORD_FORMAT", "check_format", "checkpoint_path", "claim", "has_leftovers",
@@ -96,7 +96,7 @@ def peek_record(path: Path) -> dict | None:
 
 
 def leftovers(path: Path) -> list[Path]:
-    """The temporaries a kill during :func:`~pall_avalanche.records.write_atomic` left for
+    """The temporaries a kill during :func:`~pall_avalanche.runs.records.write_atomic` left for
     the record ``path`` and its checkpoint (``.seed<k>.json.*.tmp``, ``.seed<k>.ckpt.*.tmp``),
     and lock files of a lock breaker killed mid-way older than an hour."""
     found = [*path.parent.glob(f".{path.name}.*.tmp"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, capture_rng_state, save_checkpoint
 from pall_avalanche.core import RequestResult, UnlearningPlugin
-from pall_avalanche.wandb_logging import WandbRun
+from pall_avalanche.runs.wandb_logging import WandbRun
 
 __all__ = ["CheckpointWriter", "LockHeartbeat", "WandbRequestLogger"]
 
@@ -54,7 +54,7 @@ class LockHeartbeat(UnlearningPlugin):
 
 
 class WandbRequestLogger(UnlearningPlugin):
-    """Logs each request to a :class:`~pall_avalanche.wandb_logging.WandbRun` as it ends (a
+    """Logs each request to a :class:`~pall_avalanche.runs.wandb_logging.WandbRun` as it ends (a
     subscriber to ``after_request``).
 
     :param run: the W&B run of the record.

@@ -1,7 +1,7 @@
 """The unlearning template every method builds on.
 
 :class:`UnlearningTemplate` is an Avalanche ``SupervisedTemplate`` that also accepts
-:class:`~pall_avalanche.streams.UnlearnExperience` requests: ``train(exp)`` routes them to
+:class:`~pall_avalanche.requests.streams.UnlearnExperience` requests: ``train(exp)`` routes them to
 ``unlearn(task)``, which fires the plugin events ``before_unlearning`` and
 ``after_unlearning`` around the method's own ``_unlearn`` step, so metrics, loggers and
 method plugins react to unlearning like to any other event.
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
@@ -65,7 +66,7 @@ from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.multitask import adapt_model
-from pall_avalanche.streams import UnlearnExperience
+from pall_avalanche.requests.streams import UnlearnExperience
 
 __all__ = ["AMP_MODES", "LR_SCHEDULES", "DivergedError", "UnlearningPlugin",
            "UnlearningTemplate"]
@@ -244,11 +245,13 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         weights. Default: no."""
         return False
 
-    def request_measured(self, result: RequestResult) -> None:
+    def request_measured(self, result: RequestResult,
+                         accepted: Callable[[RequestResult], Any] | None = None) -> None:
         """Hand over the measurement of the request in progress (called once per request by
-        :class:`~pall_avalanche.evaluation.UnlearningMetrics`); the template fires
-        ``after_request`` with it when the request is over."""
-        self._measured = result
+        :class:`~pall_avalanche.evaluation.UnlearningMetrics`); when the request is over and
+        its parameters are finite, the template calls ``accepted(result)`` (the metric's
+        request log keeps it) and then fires ``after_request`` with it."""
+        self._measured = (result, accepted)
 
     def requests_done(self) -> int:
         """The number of requests finished so far: every learning request adds its task to
@@ -272,8 +275,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
             name = next(n for (n, _), ok in zip(self.model.named_parameters(), finite.tolist(),
                                                  strict=True) if not ok)
             raise self._diverged(f"parameter {name!r} at the end of the request")
-        result, self._measured = self._measured, None
-        if result is not None:
+        measured, self._measured = self._measured, None
+        if measured is not None:
+            result, accepted = measured
+            if accepted is not None:
+                accepted(result)
             trigger_plugins(self, "after_request", result=result)
 
     def _unlearn(self, task: int) -> None:

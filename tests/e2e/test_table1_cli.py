@@ -19,8 +19,8 @@ from helpers import write_cifar10
 from pall_avalanche.checkpoint import load_checkpoint
 from pall_avalanche.cli import parse_methods
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, load_config
-from pall_avalanche.records import read_record
 from pall_avalanche.runs import record_path
+from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,12 +13,28 @@ from avalanche.logging import TextLogger
 from avalanche.training.plugins import EvaluationPlugin, LRSchedulerPlugin
 from helpers import seq
 
+from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestLog, compute_metrics, unlearning_metrics
+from pall_avalanche.evaluation import compute_metrics, request_log_of, unlearning_metrics
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import generate_requests
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import PALL, DERpp
-from pall_avalanche.streams import RequestStream
+
+
+class Rows(UnlearningPlugin):
+    """The request, accuracy row and model size every ``after_request`` carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accuracy: list[list[float]] = []
+        self.model_sizes_mb: list[float] = []
+        self.requests: list[tuple[str, int]] = []
+
+    def after_request(self, strategy, result, **kwargs) -> None:
+        self.requests.append((result.kind, result.task))
+        self.accuracy.append(list(result.accuracy))
+        self.model_sizes_mb.append(result.model_size_mb)
 
 
 def test_a_users_evaluator_and_logger_show_the_papers_metrics():
@@ -30,7 +46,7 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     evaluator = EvaluationPlugin(accuracy_metrics(experience=True),
                                  *unlearning_metrics(bm.test_stream, eval_mb_size=64),
                                  loggers=[TextLogger(text)])
-    reference = RequestLog()               # the runner's records are built from this log
+    reference = Rows()                     # every after_request's row, kept apart
     strategy = PALL(model=model, optimizer=optimizer, alpha=0.2, buffer_size=50,
                     n_retrain_iters=2, train_mb_size=32, train_epochs=2, eval_mb_size=64,
                     evaluator=evaluator, plugins=[
@@ -42,6 +58,7 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     strategy.eval(bm.test_stream)
     values = evaluator.get_all_metrics()
     last = len(requests) - 1
+    assert request_log_of(evaluator).accuracy == reference.accuracy   # the records' source
     expected = compute_metrics(reference.accuracy, requests)
     for name in ("A_l", "A_u", "F_l", "F_u", "F_u_max"):
         xs, ys = values[f"UnlearningMetrics/{name}"]
@@ -60,7 +77,7 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
                     for i in range(len(data))]
             assert reference.accuracy[-1][task] == pytest.approx(100 * sum(hits) / len(hits))
     # one after_request per request, in order, with the request's kind and task
-    assert [(r["kind"], r["task"]) for r in reference.results] == [
+    assert reference.requests == [
         (r.kind, r.task) for r in requests]
     logged = text.getvalue()
     assert "UnlearningMetrics/A_l = " in logged and "UnlearningMetrics/F_u = " in logged

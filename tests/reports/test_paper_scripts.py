@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import BUILT_IN_METHODS, make_strategy
 
 from pall_avalanche import reports as report
 from pall_avalanche.catalog import method_label
@@ -261,12 +262,19 @@ def _cell(values: list[float], exact: bool = False) -> str:
     return f"*Exact* ({cell})" if exact else cell
 
 
-def test_model_size_symbols_are_the_papers():
-    dense = ("sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp", "er_retrain")
-    subnetworks = ("packnet", "wsn", "pall", "static_sparse", "dynamic_sparse")
-    assert {m: report.model_size_symbol(m) for m in (*dense, *subnetworks, "independent")} == {
-        **dict.fromkeys(dense, "d"), **dict.fromkeys(subnetworks, "d + M_i"),
-        "independent": "d × |Ω_i|"}
+@pytest.mark.parametrize("method", BUILT_IN_METHODS)
+def test_a_methods_size_symbol_says_how_its_measured_size_grows(method):
+    # Table 1's symbol is checked against what the strategy measures with 1 and 5 active
+    # tasks: d stays put, d + M_i adds mask bits per task, d × |Ω_i| adds a model per task
+    strategy, _, _ = make_strategy(method, measured=False)
+    (floats_1, bits_1), (floats_5, bits_5) = (strategy.inference_size(n) for n in (1, 5))
+    symbol = report.model_size_symbol(method)
+    if symbol == "d":
+        assert (floats_1, bits_1) == (floats_5, bits_5) and bits_1 == 0
+    elif symbol == "d + M_i":
+        assert floats_1 == floats_5 and bits_1 > 0 and bits_5 == 5 * bits_1
+    else:
+        assert symbol == "d × |Ω_i|" and floats_5 == 5 * floats_1 and bits_5 == bits_1 == 0
 
 
 def test_table1_side_by_side_cells_hand_computed(tmp_path):
@@ -547,7 +555,7 @@ def test_a_title_names_the_epochs_each_method_really_ran():
 
 
 def test_closing_summary_counts_runs_and_names_the_best():
-    from pall_avalanche.experiments import closing_summary
+    from pall_avalanche.runs.grid import closing_summary
 
     def record(method, point, a_l, a_u, exact):
         return {"method": method, "point": point, "exact": exact,
@@ -573,7 +581,7 @@ FLAGGED = [_record("pall", 0, M1, learning_checks=_checks(False, True)),
 
 
 def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_path):
-    from pall_avalanche.experiments import closing_summary
+    from pall_avalanche.runs.grid import closing_summary
 
     frame = report.summary_frame(FLAGGED, ("method",))
     assert frame["learning_failed"].tolist() == [1, 0]

@@ -22,8 +22,8 @@ from pall_avalanche.checkpoint import (
 )
 from pall_avalanche.cli import add_run_arguments, run_options
 from pall_avalanche.masks import MaskSet
-from pall_avalanche.records import read_record
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
+from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
@@ -92,8 +92,8 @@ def test_twice_killed_run_and_checkpoint_contents(tmp_path):
     assert state["requests_done"] == 3 and state["resumed_after"] == [1]
     strategy = state["strategy"]["strategy"]
     assert strategy["active_tasks"] == [1] and strategy["clock.train_exp_counter"] == 2
-    results = next(v["results"] for k, v in state["strategy"]["plugins"].items()
-                   if k.endswith(".RequestLog"))
+    results = next(v["log.results"] for k, v in state["strategy"]["plugins"].items()
+                   if k.endswith(".UnlearningMetrics"))
     assert [(r["kind"], r["task"]) for r in results] == [("learn", 0), ("learn", 1),
                                                          ("unlearn", 0)]
     assert results[2]["statistics"]["redrawn"] > 0 and results[0]["statistics"] == {}
@@ -244,26 +244,39 @@ def test_a_records_hash_is_its_folder_also_with_replayed_requests_and_training_s
         assert record["config_hash"] == by_hand and read_record(path) == record
 
 
+class Tally(UnlearningPlugin):
+    """A user's stateful plugin: the tasks learned so far."""
+
+    checkpoint_attributes = ("learned",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.learned: list[int] = []
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        self.learned.append(int(strategy.experience.task_label))
+
+
 def test_plugin_state_is_keyed_by_class_so_reordered_plugins_still_restore():
     # PALL's own plugins plus a user's stateful one; the copy lists the user's plugins in
     # another order with a stateless one in front: the state still goes to the right owner
-    from pall_avalanche.evaluation import RequestLog
-    from pall_avalanche.streams import RequestStream
+    from pall_avalanche.requests.streams import RequestStream
 
     strategy, bm, _ = make_strategy("pall", epochs=1, measured=False)
-    log = RequestLog()
-    strategy.plugins.append(log)
+    strategy.plugins.append(Tally())
     for exp in RequestStream(bm, seq("L0 L1")):
         strategy.train(exp)
     state = strategy.checkpoint_state()
     keys = sorted(state["plugins"])
     assert "pall_avalanche.rehearsal.EpisodicMemory" in keys
-    assert "pall_avalanche.evaluation.request_log.RequestLog" in keys
+    assert f"{__name__}.Tally" in keys
     copy, _, _ = make_strategy("pall", epochs=1, measured=False)
     copy.plugins.insert(0, UnlearningPlugin())           # stateless: not part of the state
-    copy.plugins.insert(0, RequestLog())
+    tally = Tally()
+    copy.plugins.insert(0, tally)
     copy.restore_checkpoint_state(state)
     for task in (0, 1):
         for a, b in zip(strategy.memory.buffers[task], copy.memory.buffers[task], strict=True):
             assert (a is None and b is None) or torch.equal(a, b)
     assert copy.active_tasks == [0, 1]
+    assert tally.learned == [0, 1]                      # the user's plugin got its own state

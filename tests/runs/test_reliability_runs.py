@@ -29,7 +29,15 @@ import pall_avalanche.runs.batch as batch
 import pall_avalanche.runs.engine as engine
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from pall_avalanche.cli import main_guard
-from pall_avalanche.records import (
+from pall_avalanche.reports import load_records, write_report
+from pall_avalanche.runs import (
+    checkpoint_path,
+    lock_path,
+    record_path,
+    run_experiments,
+    unsaved_path,
+)
+from pall_avalanche.runs.records import (
     LOCK_STALE_SECONDS,
     RecordLock,
     RunWarning,
@@ -39,14 +47,6 @@ from pall_avalanche.records import (
     read_record,
     set_aside,
     write_json_atomic,
-)
-from pall_avalanche.reports import load_records, write_report
-from pall_avalanche.runs import (
-    checkpoint_path,
-    lock_path,
-    record_path,
-    run_experiments,
-    unsaved_path,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -314,13 +314,20 @@ def _truncated_checkpoint(path: Path) -> bytes:
     return data[:len(data) // 2]
 
 
-@pytest.mark.parametrize("kind", ["random", "truncated", "empty"])
+def _previous_format(path: Path) -> bytes:
+    # a checkpoint of the layout before this one (the request log then kept by a plugin too)
+    save_checkpoint(path, {"format": CHECKPOINT_FORMAT - 1, "requests_done": 1})
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["random", "truncated", "empty", "previous format"])
 def test_a_corrupt_checkpoint_is_set_aside_and_the_record_starts_afresh(tmp_path, kind, clean):
     out = tmp_path / "out"
     ckpt = checkpoint_path(path_of(out))
     ckpt.parent.mkdir(parents=True)
     content = {"random": os.urandom(3000), "empty": b"",
-               "truncated": _truncated_checkpoint(tmp_path / "whole.ckpt")}[kind]
+               "truncated": _truncated_checkpoint(tmp_path / "whole.ckpt"),
+               "previous format": _previous_format(tmp_path / "old.ckpt")}[kind]
     ckpt.write_bytes(content)
     with pytest.warns(RunWarning, match=re.escape(str(ckpt))) as caught:
         record, = run(out)
@@ -665,7 +672,7 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path):
 
 
 def test_an_owner_whose_lock_was_broken_stops_when_it_notices(tmp_path):
-    from pall_avalanche.records import LockLostError, acquire_lock
+    from pall_avalanche.runs.records import LockLostError, acquire_lock
 
     path = tmp_path / "seed0.lock"
     mine = acquire_lock(path)

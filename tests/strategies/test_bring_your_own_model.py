@@ -24,10 +24,10 @@ from helpers import BUILT_IN_METHODS, FAST_CONFIG, predictions, seq
 from torch import nn
 
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestLog, compute_metrics, request_evaluator
+from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
 from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import METHODS, PALL, Sequential, make_optimizer
-from pall_avalanche.streams import RequestStream
 
 T = 5
 
@@ -38,15 +38,14 @@ def run_strategy(method: str, model: nn.Module, *, n_tasks: int | None = T, **ov
     config = {**FAST_CONFIG, **overrides}
     spec = METHODS[method]
     bm = build_benchmark("digits", seed=0, train_per_task=config["train_per_task"])
-    log = RequestLog()
     strategy = spec.strategy(
         model=model, optimizer=make_optimizer(config, model.parameters()),
         train_mb_size=config["batch_size"], train_epochs=config["epochs"],
-        eval_mb_size=config["eval_batch_size"], n_tasks=n_tasks, plugins=[log],
+        eval_mb_size=config["eval_batch_size"], n_tasks=n_tasks,
         evaluator=request_evaluator(bm.test_stream, config["eval_batch_size"]),
         **{k: config[k] for k in spec.params},
         **{k: config[k] for k in spec.optional if k in config})
-    return strategy, bm, log
+    return strategy, bm, request_log_of(strategy.evaluator)
 
 
 def avalanche_model(kind: str) -> MultiTaskModule:

@@ -18,8 +18,8 @@ from torch.nn import functional as F
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.rehearsal import class_stratified_indices
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import UnlearningPlugin, build_strategy
-from pall_avalanche.streams import RequestStream
 
 
 # ------------------------------------------------------------------------- EWC

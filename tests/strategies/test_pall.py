@@ -14,7 +14,7 @@ from helpers import (
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import MaskSet
-from pall_avalanche.streams import RequestStream
+from pall_avalanche.requests.streams import RequestStream
 
 PALL = {"alpha": 0.3, "n_retrain_iters": 10, "beta": 0.5, "buffer_size": 50}
 

@@ -17,10 +17,10 @@ from torch.utils.data import TensorDataset
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import LwF, UnlearningPlugin
 from pall_avalanche.strategies.ewc import TaskEWCPlugin
 from pall_avalanche.strategies.lwf import task_logits
-from pall_avalanche.streams import RequestStream
 
 REQUESTS = "L0 L1 L2 U1 L3"   # request 3 unlearns task 1
 

@@ -15,8 +15,8 @@ from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
 from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import build_model
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
-from pall_avalanche.streams import RequestStream
 
 CONFIGS = CONFIG_DIR
 REPLAY = ("er", "derpp", "gem", "er_retrain")

@@ -8,8 +8,12 @@ from helpers import FAST_CONFIG, make_strategy, predictions, seq, snapshot
 from pall_avalanche.core import DivergedError
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import count_parameters
+from pall_avalanche.requests.streams import (
+    RequestStream,
+    UnlearnExperience,
+    UnlearningNotSupportedError,
+)
 from pall_avalanche.strategies import UnlearningPlugin
-from pall_avalanche.streams import RequestStream, UnlearnExperience, UnlearningNotSupportedError
 
 
 class EventLog(UnlearningPlugin):

@@ -7,9 +7,9 @@ from helpers import make_strategy, predictions, seeded_redraw, seq, spy_before
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, restricted_topk_mask
 from pall_avalanche.models import build_model
+from pall_avalanche.requests.streams import RequestStream, UnlearnExperience
 from pall_avalanche.strategies import METHODS, PALL, WSN, register_method
 from pall_avalanche.strategies.sparse import share_sizes
-from pall_avalanche.streams import RequestStream, UnlearnExperience
 
 # the digits MLP: 64 → 256 → 256, then the 10-row head; shares of T = 5 (hand-computed)
 SHARES = {

@@ -11,9 +11,9 @@ from helpers import FAST_CONFIG, TINY_VIT, seq
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet
 from pall_avalanche.models import build_model
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import build_strategy
 from pall_avalanche.strategies.sparse import StaticSparse
-from pall_avalanche.streams import RequestStream
 
 T = 5
 WIDTH = TINY_VIT["width"]                    # qkv weight: (3 * 24, 24) → slices of 576

@@ -30,10 +30,11 @@ from pall_avalanche.cli import (
     program_name,
     run_options,
 )
-from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config, parse_override
+from pall_avalanche.config import CONFIG_DIR, parse_override
 from pall_avalanche.reports import FAILED_MARK, learning_failed, provenance, write_report
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.wandb_logging import WandbSettings, default_group, log_table
+from pall_avalanche.runs.spec import plan
+from pall_avalanche.runs.wandb_logging import WandbSettings, default_group, log_table
 
 __all__ = [
     "GridPoint",
@@ -153,37 +154,33 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
         raise ValueError(f"the command line sets {clashes}, which this script sweeps "
                          f"({sorted(swept)} over the points {labels}); drop the setting or use "
                          "the script's sweep flag")
-    plan = []
+    planned = []
     for point in points:        # every point checked before the first request of any
         methods = run.pick(point.methods) if point.methods is not None else run.methods
         if not methods:
             continue
-        overrides = {k: v for k, v in point.overrides.items() if k not in run.explicit}
-        config = apply_overrides(run.config, overrides.items())
+        overrides = [(k, v) for k, v in point.overrides.items() if k not in run.explicit]
         requests = point.requests if point.requests is not None else run.requests
         try:
-            for method in methods:
-                check_run_config(config, method)
-                if requests is not None:
-                    RequestSequence(list(requests), config["n_tasks"])
+            specs = plan(methods, run.seeds, run.config, overrides=overrides,
+                         requests=requests)
         except ValueError as err:
             raise ValueError(f"{point.label}: {err}") from None
-        plan.append((point, methods, config, requests))
-    if not plan:
+        planned.append((point, specs))
+    if not planned:
         raise ValueError(f"no run selected: methods {run.methods} match no grid point's "
                          "methods")
     options = run_options(run.args)
+    group = default_group(run.config)   # one W&B group for the script: every point and table
     if options["wandb"] is not None and options["wandb"].group is None:
-        # One W&B group for the whole script: every point's runs and the table run.
-        options["wandb"] = replace(options["wandb"], group=default_group(run.config))
-    from pall_avalanche.runs import run_experiments  # torch: only once something runs
+        options["wandb"] = replace(options["wandb"], group=group)
+    from pall_avalanche.runs.batch import run_specs  # torch: only once something runs
 
     records = []
-    for point, methods, config, requests in plan:
+    for point, specs in planned:
         if progress is not None:
             progress(point.label)
-        for record in run_experiments(methods, run.seeds, config, run.args.out,
-                                      requests=requests, stats=run.stats, **options):
+        for record in run_specs(specs, run.args.out, group=group, stats=run.stats, **options):
             records.append({**record, "point": point.label,
                             "point_overrides": dict(point.overrides)})
     return records

@@ -29,9 +29,9 @@ from pall_avalanche.audit import (
     t_interval,
 )
 from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
-from pall_avalanche.records import read_record
+from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs import record_path, run_record
-from pall_avalanche.streams import RequestStream
+from pall_avalanche.runs.records import read_record
 
 AUDIT_CONFIG = {**FAST_CONFIG, "epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}
 
@@ -225,7 +225,7 @@ def test_audit_intervals_separate_with_more_seeds(tmp_path):
 
 def test_audit_script_end_to_end(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location(
-        "audit_script", Path(__file__).resolve().parents[1] / "benchmarks" / "audit.py")
+        "audit_script", Path(__file__).resolve().parents[2] / "benchmarks" / "audit.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--quiet",

@@ -1,218 +1,31 @@
-"""Subnetwork masks: scores, per-layer top-k, straight-through estimator, bit-packed storage.
-
-One module owns everything PALL, WSN, PackNet and the sparse ablations share:
-
-- :func:`maskable_parameters` — the weights (and biases) of every ``Conv2d``/``Linear`` of a
-  backbone, plus a :class:`~pall_avalanche.models.TaskIncrementalNet`'s shared head, whose rows
-  are hard-wired per task (never scored); the per-task heads of a
-  :class:`~pall_avalanche.models.multitask.MultiHeadNet` (an Avalanche ``MultiHeadClassifier``)
-  are task parameters instead, like ViT's per-task tokens.
-- :func:`running_statistics_layers` — the norm layers with running statistics (BatchNorm's
-  default ``track_running_stats=True``), whose statistics are task state: one set per task.
-- :class:`MaskSet` — a set of entries over those parameters, stored **bit-packed** (1 bit per
-  entry); set algebra (``|``, ``&``, ``-``), counting, packing to and from bool tensors.
-- :func:`topk_mask` — the per-layer mask keeping a fraction α of the entries with the largest
-  |score| (threshold rank k = 1 + round((1−α)(n−1)), ties kept), via ``numpy.partition`` on CPU
-  and ``torch.kthvalue`` on GPU (O(n), no sort); :func:`restricted_topk_mask` — the ``keep``
-  eligible entries of largest |score|; :func:`subnetwork_mask` — the one rule (either of the
-  two) that both the training forward and the stored mask go through.
-- :func:`selection_slices` — the "layers" of that rule. A layer is a tensor, except a fused
-  Q/K/V projection (the ``qkv`` ``Linear`` of a timm ``Attention``, weight rows
-  ``[0:d] = W_Q``, ``[d:2d] = W_K``, ``[2d:3d] = W_V``, bias likewise): it is masked **per
-  slice**, each of its three row blocks selected as its own layer (its own top-k at α, its
-  own ``keep`` count), as the paper's reference implementation masks W_Q, W_K and W_V as three
-  separate layers (docs/fidelity.md). :func:`by_slice` applies a rule slice by slice; with
-  one slice it is the rule itself, bit for bit.
-- :class:`_MaskedWeight` — the fused straight-through estimator: forward ``where(m, w, 0)``,
-  backward ``where(m, g, 0)`` to the weight and ``g·w·sign(s)`` to the score.
-- :class:`SubnetworkNet` — runs a task-incremental network
-  (:func:`~pall_avalanche.models.multitask.task_network`) under the mask and the normalisation
-  statistics of the batch's task (``torch.func.functional_call``; nothing in the user's model
-  is replaced), with per-task masks unpacked once and cached for evaluation.
-"""
+"""A task-incremental network run through per-task subnetwork masks (:class:`SubnetworkNet`)
+and the straight-through estimator of its masked weights."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 from avalanche.models import MultiTaskModule
-from timm.models.vision_transformer import Attention
 from torch import nn
 from torch.func import functional_call
 
-from pall_avalanche.checkpoint import register_codec
+from pall_avalanche.masks.maskset import MaskSet
+from pall_avalanche.masks.selection import (
+    HEAD,
+    draw_initial,
+    maskable_parameters,
+    running_statistics_layers,
+    selection_slices,
+    slice_counts,
+    subnetwork_mask,
+)
 from pall_avalanche.models.multihead import TaskIncrementalNet, forward_by_task
 from pall_avalanche.models.multitask import MultiHeadNet, task_network
 
-__all__ = [
-    "HEAD",
-    "MaskSet",
-    "mask_gradients_",
-    "SubnetworkNet",
-    "by_slice",
-    "draw_initial",
-    "kth_smallest",
-    "maskable_parameters",
-    "restricted_topk_mask",
-    "running_statistics_layers",
-    "selection_slices",
-    "slice_counts",
-    "subnetwork_mask",
-    "topk_mask",
-    "topk_threshold",
-]
-
-#: Selection slices of a fused Q/K/V projection: W_Q, W_K and W_V.
-QKV_SLICES = 3
-
-HEAD = "head.weight"
-
-
-def maskable_parameters(net: TaskIncrementalNet | MultiHeadNet) -> dict[str, nn.Module]:
-    """Name → owning module of every maskable parameter: Conv2d/Linear weights and biases of
-    the backbone, then, for a :class:`~pall_avalanche.models.TaskIncrementalNet`, the shared
-    head's weight (masked by rows, not by scores)."""
-    out: dict[str, nn.Module] = {}
-    for module_name, module in net.backbone_modules():
-        if isinstance(module, (nn.Conv2d, nn.Linear)):
-            for attr in ("weight", "bias"):
-                if getattr(module, attr, None) is not None:
-                    out[f"{module_name}.{attr}"] = module
-    if isinstance(net, TaskIncrementalNet):
-        out[HEAD] = net.head
-    return out
-
-
-def running_statistics_layers(net: TaskIncrementalNet | MultiHeadNet
-                              ) -> dict[str, nn.modules.batchnorm._NormBase]:
-    """Name → module of every backbone norm layer with running statistics (``running_mean``,
-    ``running_var``, ``num_batches_tracked``: BatchNorm with ``track_running_stats=True``)."""
-    return {name: module for name, module in net.backbone_modules()
-            if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats}
-
-
-def selection_slices(net: TaskIncrementalNet | MultiHeadNet) -> dict[str, int]:
-    """Name → number of selection slices of every maskable parameter (as
-    :func:`maskable_parameters`): 3 for the weight and bias of a fused Q/K/V projection (the
-    ``qkv`` ``Linear`` child of a timm ``Attention``), whose row blocks W_Q, W_K, W_V are
-    selected as three separate layers, as in the paper's reference; 1 for every other tensor."""
-    fused = {id(module.qkv) for _, module in net.backbone_modules()
-             if isinstance(module, Attention) and isinstance(getattr(module, "qkv", None),
-                                                            nn.Linear)}
-    return {name: QKV_SLICES if id(module) in fused and name != HEAD else 1
-            for name, module in maskable_parameters(net).items()}
-
-
-def by_slice(slices: int, select: Callable[..., torch.Tensor], *tensors: torch.Tensor
-             ) -> torch.Tensor:
-    """``select(i, *rows_i)`` for every slice i of ``tensors`` (all shaped alike), reassembled
-    to their shape: slice i is the i-th row of the ``(slices, -1)`` view, i.e. the i-th block of
-    the first dimension. With ``slices=1`` it is ``select(0, *tensors)`` itself."""
-    if slices == 1:
-        return select(0, *tensors)
-    shape = tensors[0].shape
-    if len(shape) == 0 or shape[0] % slices:
-        raise ValueError(f"a tensor of shape {tuple(shape)} has no {slices} slices along its "
-                         "first dimension")
-    rows = [t.reshape(slices, -1) for t in tensors]
-    return torch.stack([select(i, *(r[i] for r in rows)) for i in range(slices)]
-                       ).reshape(shape)
-
-
-def slice_counts(keep: int | Sequence[int], slices: int) -> list[int]:
-    """Per-slice counts: an int for a one-slice tensor, or one count per slice."""
-    try:
-        counts = [int(k) for k in keep]
-    except TypeError:                       # one number
-        counts = [int(keep)]
-    if len(counts) != slices:
-        raise ValueError(f"keep={keep!r}: expected one count per slice ({slices} slices)")
-    return counts
-
-
-@torch.no_grad()
-def draw_initial(module: nn.Module, name: str, like: torch.Tensor | None = None
-                 ) -> torch.Tensor:
-    """A fresh draw from the initialisation distribution φ of ``module.<attr>`` (the last
-    component of ``name``): Kaiming-uniform (a=√5), i.e. U(±1/√fan_in), for weights; the same
-    bound for biases. Also the distribution of the scores."""
-    weight = module.weight
-    fan_in = weight[0].numel()
-    attr = name.rsplit(".", 1)[-1]
-    target = weight if attr == "weight" else module.bias
-    out = torch.empty_like(target if like is None else like)
-    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-    return out.uniform_(-bound, bound)
-
-
-def topk_threshold(abs_scores: torch.Tensor, alpha: float) -> torch.Tensor:
-    """The per-layer threshold: the k-th smallest |score| with k = 1 + round((1−α)(n−1));
-    entries with ``|s| >= threshold`` form the mask. A 0-d tensor on the scores' device."""
-    n = abs_scores.numel()
-    return kth_smallest(abs_scores, 1 + round((1.0 - alpha) * (n - 1)))
-
-
-def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
-    """The k-th smallest entry (1-based) of a tensor, as a 0-d tensor on its device:
-    ``numpy.partition`` on CPU, ``torch.kthvalue`` on GPU (O(n), no sort)."""
-    flat = values.detach().reshape(-1)
-    if flat.device.type == "cpu":
-        return torch.tensor(np.partition(flat.numpy(), k - 1)[k - 1], dtype=flat.dtype)
-    return torch.kthvalue(flat, k).values
-
-
-def topk_mask(scores: torch.Tensor, alpha: float, slices: int = 1) -> torch.Tensor:
-    """Bool mask of the entries of one tensor with the largest |score| at connectivity α,
-    per slice (:func:`by_slice`): k from each slice's own entry count."""
-    def select(_: int, row: torch.Tensor) -> torch.Tensor:
-        abs_scores = row.detach().abs()
-        return abs_scores >= topk_threshold(abs_scores, alpha)
-    return by_slice(slices, select, scores)
-
-
-def restricted_topk_mask(scores: torch.Tensor, eligible: torch.Tensor,
-                         keep: int | Sequence[int], slices: int = 1) -> torch.Tensor:
-    """Bool mask of the ``keep`` entries of ``eligible`` with the largest |score| (ties at the
-    threshold kept); entries outside ``eligible`` are never selected. With ``slices > 1``,
-    ``keep`` holds one count per slice and each slice is selected on its own."""
-    counts = slice_counts(keep, slices)
-
-    def select(i: int, row: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        if counts[i] <= 0:
-            return torch.zeros_like(allowed)
-        ranked = torch.where(allowed, row.detach().abs(), -1.0)
-        return allowed & (ranked >= kth_smallest(ranked, ranked.numel() - counts[i] + 1))
-    return by_slice(slices, select, scores, eligible)
-
-
-def subnetwork_mask(scores: torch.Tensor, alpha: float, slices: int = 1,
-                    eligible: torch.Tensor | None = None,
-                    keep: int | Sequence[int] | None = None) -> torch.Tensor:
-    """The learning task's mask of one scored tensor: :func:`topk_mask` at α, or, with
-    ``eligible``, :func:`restricted_topk_mask` of ``keep`` (per slice either way). The one rule
-    both the training forward (:class:`_MaskedWeight`) and the stored mask go through."""
-    if eligible is None:
-        return topk_mask(scores, alpha, slices)
-    return restricted_topk_mask(scores, eligible, keep, slices)
-
-
-@torch.no_grad()
-def mask_gradients_(params: list[torch.Tensor], trainable: list[torch.Tensor],
-                    weight_decay: float = 0.0) -> None:
-    """``grad ← (grad + weight_decay · w) ⊙ trainable`` for every parameter with a gradient:
-    frozen entries get an exactly-zero gradient (no weight decay), so a fresh SGD/Adam leaves
-    them bit-identical. ``trainable`` holds float 0/1 tensors shaped like the parameters."""
-    pairs = [(p, t) for p, t in zip(params, trainable, strict=True) if p.grad is not None]
-    if not pairs:
-        return
-    grads = [p.grad for p, _ in pairs]
-    if weight_decay:
-        torch._foreach_add_(grads, [p for p, _ in pairs], alpha=weight_decay)
-    torch._foreach_mul_(grads, [t for _, t in pairs])
+__all__ = ["SubnetworkNet"]
 
 
 class _MaskedWeight(torch.autograd.Function):
@@ -234,90 +47,6 @@ class _MaskedWeight(torch.autograd.Function):
         return (torch.where(mask, grad, 0.0), grad * weight * scores.sign(),
                 None, None, None, None)
 
-
-class MaskSet:
-    """A set of entries over named tensors, stored bit-packed (1 bit per entry).
-
-    :param shapes: name → shape of every tensor the set ranges over.
-    :param packed: name → packed ``uint8`` tensor (``numpy.packbits`` of the flattened bools).
-    """
-
-    def __init__(self, shapes: Mapping[str, torch.Size], packed: Mapping[str, torch.Tensor]):
-        self.shapes = dict(shapes)
-        self.packed = dict(packed)
-
-    @classmethod
-    def from_bool(cls, masks: Mapping[str, torch.Tensor]) -> MaskSet:
-        packed = {name: torch.from_numpy(np.packbits(m.detach().reshape(-1).cpu().numpy()))
-                  for name, m in masks.items()}
-        return cls({n: m.shape for n, m in masks.items()}, packed)
-
-    @classmethod
-    def full(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
-        """Every entry."""
-        return cls.from_bool({n: torch.ones(s, dtype=torch.bool) for n, s in shapes.items()})
-
-    @classmethod
-    def empty(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
-        return cls(shapes, {n: torch.zeros((math.prod(s) + 7) // 8, dtype=torch.uint8)
-                            for n, s in shapes.items()})
-
-    def to_bool(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The bool mask of tensor ``name`` (unpacked)."""
-        shape = self.shapes[name]
-        bits = np.unpackbits(self.packed[name].numpy(), count=math.prod(shape))
-        return torch.from_numpy(bits).view(torch.bool).reshape(shape).to(device)
-
-    def bools(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-        return {name: self.to_bool(name, device) for name in self.shapes}
-
-    def _combine(self, other: MaskSet, op) -> MaskSet:
-        if other.shapes != self.shapes:
-            raise ValueError("mask sets range over different tensors")
-        return MaskSet(self.shapes, {n: op(p, other.packed[n]) for n, p in self.packed.items()})
-
-    def __or__(self, other: MaskSet) -> MaskSet:
-        return self._combine(other, torch.bitwise_or)
-
-    def __and__(self, other: MaskSet) -> MaskSet:
-        return self._combine(other, torch.bitwise_and)
-
-    def __sub__(self, other: MaskSet) -> MaskSet:
-        """Entries in ``self`` and not in ``other``."""
-        return self._combine(other, lambda a, b: torch.bitwise_and(a, torch.bitwise_not(b)))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MaskSet):
-            return NotImplemented
-        return self.shapes == other.shapes and all(
-            torch.equal(p, other.packed[n]) for n, p in self.packed.items())
-
-    def complement(self) -> MaskSet:
-        """Every entry not in the set."""
-        return MaskSet.from_bool({n: ~b for n, b in self.bools().items()})
-
-    def count(self) -> int:
-        """Number of entries in the set."""
-        return sum(int(self.to_bool(n).sum()) for n in self.shapes)
-
-    def n_entries(self) -> int:
-        """Number of entries the set ranges over (its bit size)."""
-        return sum(math.prod(s) for s in self.shapes.values())
-
-    @staticmethod
-    def union(sets: Iterable[MaskSet], shapes: Mapping[str, torch.Size]) -> MaskSet:
-        out = MaskSet.empty(shapes)
-        for s in sets:
-            out = out | s
-        return out
-
-
-# MaskSets in checkpoints: their shapes and packed bits (pall_avalanche.checkpoint)
-register_codec(
-    "mask_set", MaskSet,
-    lambda m: {"shapes": {n: list(shape) for n, shape in m.shapes.items()},
-               "packed": dict(m.packed)},
-    lambda v: MaskSet({n: torch.Size(shape) for n, shape in v["shapes"].items()}, v["packed"]))
 
 
 class SubnetworkNet(MultiTaskModule):

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.cli import Parser, benchmark_config, main_guard, parse_run_arguments
@@ -73,7 +72,7 @@ def check_method(method: str, *, seed: int = 0) -> list[Check]:
     config = apply_overrides(benchmark_config("digits", CONFIG_DIR), CHECK_OVERRIDES.items())
     config["alpha"] = 1 / config["n_tasks"]
     resolved = check_run_config(config, method)
-    from pall_avalanche.contract import run_contract  # torch only once the input is good
+    from pall_avalanche.check_method.checks import run_contract  # torch only once the input is good
 
     return run_contract(method, resolved, seed, CHECK_REQUESTS, exact=METHOD_INFO[method].exact)
 
@@ -99,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
-    main_guard(main, argv, prog=Path(__file__).stem)
+    main_guard(main, argv, prog="check_method")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,194 @@
+"""The oracle comparison (Eq. 1): the unlearned model of every seed against an oracle that
+never learned the unlearned task and a reference oracle with other training randomness
+(:func:`run_audit`), measured by :func:`audit_rows`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pall_avalanche.audit.provenance import ProvenanceTracker
+from pall_avalanche.audit.statistics import (
+    bootstrap_auc_interval,
+    distinguisher_scores,
+    mean_js,
+    membership_aucs,
+    model_features,
+    t_interval,
+)
+from pall_avalanche.catalog import AUDIT_REFERENCE_SEED_OFFSET as REFERENCE_SEED_OFFSET
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs import run_experiments
+from pall_avalanche.strategies.base import UnlearningTemplate
+
+__all__ = ["AuditProbe", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
+           "oracle_sequence", "run_audit", "separated"]
+
+# The audited sequence AUDIT_REQUESTS (pall_avalanche.catalog): task 1 is unlearned after tasks
+# 2 and 3 were learned on top of it (the channels of docs/fidelity.md, "Where exact unlearning
+# is weaker", are open), and task 4 is learned after the unlearning; the reference oracle of
+# seed s trains with training seed s + REFERENCE_SEED_OFFSET.
+
+
+def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[int]]:
+    """(R′, U): the sequence without every request of an unlearned task, and those tasks.
+
+    :param requests: the audited sequence R; it must unlearn at least one task.
+    """
+    unlearned = [r.task for r in requests if not r.is_learn]
+    if not unlearned:
+        raise ValueError(f"the sequence {[str(r) for r in requests]} unlearns no task; the "
+                         "audit needs at least one unlearning request")
+    return requests.without_tasks(unlearned), unlearned
+
+
+
+class AuditProbe:
+    """Rides along one run (``run_record(..., probe=AuditProbe(tasks))``): its plugin tracks
+    provenance; :meth:`finish` returns the JSON-ready probe of the final model.
+
+    :param tasks: the unlearned tasks whose inputs are probed.
+    """
+
+    def __init__(self, tasks: Sequence[int]) -> None:
+        self.tasks = list(tasks)
+        self.tracker = ProvenanceTracker()
+        self.plugins = [self.tracker]
+
+    @torch.no_grad()
+    def _logits(self, strategy: UnlearningTemplate, dataset, n_tasks: int, batch: int
+                ) -> dict[str, list]:
+        data = dataset.eval()
+        x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
+        y = [int(data[i][1]) for i in range(len(data))]
+        model = strategy.model
+        model.eval()
+        logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
+                            for h in range(n_tasks)], dim=1)
+        return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
+
+    def finish(self, strategy: UnlearningTemplate, benchmark) -> dict[str, Any]:
+        """The final model's logits (every head) on each probed task's training and test
+        inputs, and the provenance results."""
+        n_tasks = benchmark.split.n_tasks
+        batch = strategy.eval_mb_size or strategy.train_mb_size
+        outputs = {str(t): {"train": self._logits(strategy, benchmark.train_stream[t].dataset,
+                                                  n_tasks, batch),
+                            "test": self._logits(strategy, benchmark.test_stream[t].dataset,
+                                                 n_tasks, batch)}
+                   for t in self.tasks}
+        return {"outputs": outputs, "provenance": self.tracker.results}
+
+
+# ------------------------------------------------------------------------ the audit
+def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_dir: str | Path,
+              *, requests: RequestSequence, **options: Any) -> dict[str, list[dict]]:
+    """Run (or reuse) the unlearned, oracle and reference-oracle records of every method and
+    seed under ``out_dir/{unlearned,oracle,reference}``; return them by role.
+
+    :param methods: registered method names.
+    :param seeds: at least two seeds.
+    :param config: a full configuration.
+    :param requests: the audited sequence R (it must unlearn a task).
+    :param options: further keyword arguments of
+        :func:`~pall_avalanche.runs.run_experiments` (``device``, ``jobs``, ``wandb``,
+        ``show_progress``); checkpoints are off (the probe's state is not checkpointed).
+    """
+    if len(seeds) < 2:
+        raise ValueError(f"the audit needs at least 2 seeds for its intervals, got {list(seeds)}")
+    oracle, unlearned = oracle_sequence(requests)
+    out = Path(out_dir)
+    common = {**options, "checkpoints": False, "probe": partial(AuditProbe, unlearned)}
+    return {
+        "unlearned": run_experiments(methods, seeds, config, out / "unlearned",
+                                     requests=requests, **common),
+        "oracle": run_experiments(methods, seeds, config, out / "oracle", requests=oracle,
+                                  **common),
+        "reference": run_experiments(methods, seeds, config, out / "reference",
+                                     requests=oracle, train_seed_offset=REFERENCE_SEED_OFFSET,
+                                     **common),
+    }
+
+
+def _by_method(records: Sequence[dict]) -> dict[str, dict[int, dict]]:
+    out: dict[str, dict[int, dict]] = {}
+    for r in records:
+        out.setdefault(r["method"], {})[r["seed"]] = r
+    return out
+
+
+def _provenance_cell(records: Sequence[dict], key: str) -> str:
+    results = [r["probe"]["provenance"] for r in records]
+    if any(res is None for res in results):
+        return "n/a"
+    checks = [c[key] for res in results for c in res]
+    failed = checks.count(False)
+    return "pass" if not failed else f"FAIL ({failed}/{len(checks)})"
+
+
+def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> list[dict]:
+    """One row of measurements per method (see the module docstring), in ``methods`` order.
+
+    :param runs: :func:`run_audit`'s records by role.
+    """
+    by_role = {role: _by_method(records) for role, records in runs.items()}
+    rows = []
+    for method in methods:
+        unl, ora, ref = (by_role[role][method] for role in ("unlearned", "oracle", "reference"))
+        seeds = sorted(unl)
+        cpt = unl[seeds[0]]["split"]["classes_per_task"]
+        tasks = [int(t) for t in unl[seeds[0]]["probe"]["outputs"]]
+        row: dict[str, Any] = {"method": method, "seeds": len(seeds)}
+        for name, head_only in (("auc", False), ("auc_head", True)):
+            feats, labels, groups = [], [], []
+            for s in seeds:
+                for label, record in ((1, unl[s]), (0, ora[s])):
+                    for t in tasks:
+                        feats.append(model_features(record["probe"]["outputs"][str(t)], t, cpt,
+                                                    head_only))
+                        labels.append(label)
+                        groups.append(s)
+            labels_arr, groups_arr = np.array(labels), np.array(groups)
+            scores = distinguisher_scores(np.array(feats), labels_arr, groups_arr)
+            row[name], row[f"{name}_low"], row[f"{name}_high"] = bootstrap_auc_interval(
+                scores, labels_arr, groups_arr)
+        js_gap, mia_loss, mia_feat = [], [], []
+        for s in seeds:
+            outs = {role: d[s]["probe"]["outputs"] for role, d in
+                    (("u", unl), ("o", ora), ("r", ref))}
+            js_gap.append(np.mean([mean_js(outs["u"][str(t)], outs["r"][str(t)], cpt)
+                                   - mean_js(outs["o"][str(t)], outs["r"][str(t)], cpt)
+                                   for t in tasks]))
+            mia_u = np.mean([membership_aucs(outs["u"][str(t)], t, cpt) for t in tasks], axis=0)
+            mia_o = np.mean([membership_aucs(outs["o"][str(t)], t, cpt) for t in tasks], axis=0)
+            mia_loss.append(mia_u[0] - mia_o[0])
+            mia_feat.append(mia_u[1] - mia_o[1])
+        for name, values in (("js_gap", js_gap), ("mia_loss_gap", mia_loss),
+                             ("mia_feature_gap", mia_feat)):
+            row[name], row[f"{name}_low"], row[f"{name}_high"] = t_interval(values)
+        records = [unl[s] for s in seeds]
+        row["provenance"] = _provenance_cell(records, "direct_pass")
+        row["provenance_strict"] = _provenance_cell(records, "strict_pass")
+        a_l = [r["metrics"]["A_l"] for r in records if r["metrics"]["A_l"] is not None]
+        row["A_l"], row["A_l_std"] = float(np.mean(a_l)), float(np.std(a_l, ddof=1))
+        row["unlearn_seconds"] = float(np.mean([r["timings"]["unlearn_seconds"]
+                                                for r in records]))
+        rows.append(row)
+    return rows
+
+
+def interval_cell(row: Mapping[str, Any], name: str, digits: int = 3) -> str:
+    """``"0.512 [0.40, 0.63]"``: a measurement with its interval."""
+    return (f"{row[name]:.{digits}f} [{row[name + '_low']:.{digits}f}, "
+            f"{row[name + '_high']:.{digits}f}]")
+
+
+def separated(row: Mapping[str, Any], name: str, null: float) -> bool:
+    """Whether the interval of ``name`` excludes the null value (0.5 for AUCs, 0 for gaps)."""
+    return not row[f"{name}_low"] <= null <= row[f"{name}_high"]
+

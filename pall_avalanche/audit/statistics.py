@@ -1,0 +1,191 @@
+"""The audit's statistics, pure functions of arrays: divergences, AUCs and their intervals,
+the features of a model's outputs and the classifiers that separate them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from pall_avalanche.catalog import AUDIT_FOLDS as N_FOLDS
+
+__all__ = ["N_BOOTSTRAP", "N_FOLDS", "bootstrap_auc_interval", "distinguisher_scores",
+           "head_probabilities", "js_divergence", "mean_js", "membership_aucs",
+           "model_features", "roc_auc", "t_interval"]
+
+#: Bootstrap resamples of an AUC interval.
+N_BOOTSTRAP = 2000
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen–Shannon divergence in bits between the distributions on the last axis
+    (0 ≤ JS ≤ 1); one value per leading index.
+
+    :param p: probabilities, shape (..., k), rows summing to 1.
+    :param q: probabilities of the same shape.
+    """
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q have different shapes {p.shape} and {q.shape}")
+    m = 0.5 * (p + q)
+
+    def kl(a: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(a > 0, a * np.log2(a / m), 0.0)
+        return terms.sum(axis=-1)
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """Area under the ROC curve: the probability that a random positive scores above a random
+    negative (ties count one half), by the Mann–Whitney rank sum.
+
+    :param scores: higher = more likely positive.
+    :param labels: 1 (positive) or 0 (negative); both must occur.
+    """
+    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels)
+    n_pos, n_neg = int((labels == 1).sum()), int((labels == 0).sum())
+    if n_pos == 0 or n_neg == 0 or n_pos + n_neg != len(labels):
+        raise ValueError(f"labels must be 0/1 with both classes present, got {labels.tolist()}")
+    ranks = stats.rankdata(scores)
+    return float((ranks[labels == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t confidence interval of the mean.
+
+    :param values: one value per seed (at least two).
+    :param level: confidence level.
+    """
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        raise ValueError(f"a t-interval needs at least 2 values, got {len(values)}")
+    mean = float(values.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)
+                 * values.std(ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+def bootstrap_auc_interval(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray,
+                           level: float = 0.95, n_boot: int = N_BOOTSTRAP, seed: int = 0
+                           ) -> tuple[float, float, float]:
+    """(AUC, low, high): the AUC and its percentile bootstrap interval, resampling whole
+    groups (seeds) with replacement.
+
+    :param scores: out-of-fold scores, one per sample.
+    :param labels: 0/1 per sample.
+    :param groups: the seed of each sample.
+    """
+    auc = roc_auc(scores, labels)
+    rng = np.random.default_rng(seed)
+    ids = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in ids]
+    boots = []
+    for _ in range(n_boot):
+        index = np.concatenate([members[i] for i in rng.integers(0, len(ids), len(ids))])
+        if len(np.unique(labels[index])) == 2:
+            boots.append(roc_auc(scores[index], labels[index]))
+    low, high = np.percentile(boots, [50 * (1 - level), 50 * (1 + level)])
+    return auc, float(low), float(high)
+
+
+# ------------------------------------------------------------------------- features
+def head_probabilities(logits: np.ndarray, classes_per_task: int) -> np.ndarray:
+    """(n, T·cpt) logits of every head → (n, T, cpt) per-head softmax probabilities."""
+    logits = np.asarray(logits, dtype=float)
+    blocks = logits.reshape(len(logits), -1, classes_per_task)
+    blocks = blocks - blocks.max(axis=-1, keepdims=True)
+    exp = np.exp(blocks)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def _entropy(probs: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(probs > 0, probs * np.log2(probs), 0.0).sum(axis=-1)
+
+
+def _per_sample(logits: np.ndarray, y: np.ndarray, task: int, cpt: int) -> np.ndarray:
+    """Per-sample features: each head's max probability and entropy, then t's head's CE loss
+    and true-class probability."""
+    probs = head_probabilities(logits, cpt)
+    true = probs[np.arange(len(y)), task, y]
+    return np.column_stack([probs.max(-1), _entropy(probs), -np.log(np.clip(true, 1e-12, 1)),
+                            true])
+
+
+def model_features(output: Mapping[str, Any], task: int, classes_per_task: int,
+                   head_only: bool = False) -> np.ndarray:
+    """Summary features of one final model's behaviour on task ``task``'s training inputs:
+    per head, the mean max probability, mean entropy and mean logit norm; for t's head also
+    the accuracy and the mean CE loss. ``head_only`` keeps t's head's five features.
+
+    :param output: a probe output of the task (``{"train": {"logits", "y"}, ...}``).
+    """
+    logits = np.asarray(output["train"]["logits"], dtype=float)
+    y = np.asarray(output["train"]["y"])
+    probs = head_probabilities(logits, classes_per_task)
+    blocks = logits.reshape(len(logits), -1, classes_per_task)
+    per_head = np.stack([probs.max(-1).mean(0), _entropy(probs).mean(0),
+                         np.linalg.norm(blocks, axis=-1).mean(0)], axis=1)  # (T, 3)
+    true = probs[np.arange(len(y)), task, y]
+    own = [float((probs[:, task].argmax(-1) == y).mean()),
+           float(-np.log(np.clip(true, 1e-12, 1)).mean())]
+    if head_only:
+        return np.concatenate([per_head[task], own])
+    return np.concatenate([per_head.reshape(-1), own])
+
+
+def _classifier():
+    return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+
+
+def distinguisher_scores(features: np.ndarray, labels: np.ndarray,
+                         groups: np.ndarray | None = None, n_folds: int = N_FOLDS
+                         ) -> np.ndarray:
+    """Out-of-fold probabilities of label 1 from a standardised logistic regression,
+    stratified ``n_folds``-fold cross-validation (shuffled, fixed seed). With ``groups``
+    (the seeds) the samples of one group share a fold, so a model's twin of the same seed
+    never trains the classifier that scores it.
+
+    :param features: (n, k) features.
+    :param labels: 0/1 per sample.
+    :param groups: a group id per sample, or None.
+    """
+    labels = np.asarray(labels)
+    n_groups = len(np.unique(groups)) if groups is not None else len(labels)
+    splits = min(n_folds, int(np.bincount(labels).min()), n_groups)
+    if groups is None:
+        folds = StratifiedKFold(n_splits=splits, shuffle=True, random_state=0)
+    else:
+        folds = StratifiedGroupKFold(n_splits=splits, shuffle=True, random_state=0)
+    return cross_val_predict(_classifier(), features, labels, cv=folds, groups=groups,
+                             method="predict_proba")[:, 1]
+
+
+def membership_aucs(output: Mapping[str, Any], task: int, classes_per_task: int
+                    ) -> tuple[float, float]:
+    """(loss attack AUC, feature attack AUC) of membership inference on one model: members
+    are t's training inputs, non-members its held-out inputs of the same classes."""
+    train, test = output["train"], output["test"]
+    feats = np.concatenate([
+        _per_sample(np.asarray(train["logits"]), np.asarray(train["y"]), task, classes_per_task),
+        _per_sample(np.asarray(test["logits"]), np.asarray(test["y"]), task, classes_per_task)])
+    labels = np.r_[np.ones(len(train["y"]), int), np.zeros(len(test["y"]), int)]
+    loss_auc = roc_auc(-feats[:, -2], labels)
+    return loss_auc, roc_auc(distinguisher_scores(feats, labels), labels)
+
+
+def mean_js(a: Mapping[str, Any], b: Mapping[str, Any], classes_per_task: int) -> float:
+    logits_a = np.concatenate([np.asarray(a[s]["logits"]) for s in ("train", "test")])
+    logits_b = np.concatenate([np.asarray(b[s]["logits"]) for s in ("train", "test")])
+    return float(js_divergence(head_probabilities(logits_a, classes_per_task),
+                               head_probabilities(logits_b, classes_per_task)).mean())
+

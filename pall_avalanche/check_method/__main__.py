@@ -1,0 +1,6 @@
+"""``python -m pall_avalanche.check_method NAME``."""
+
+from pall_avalanche.check_method import cli
+
+if __name__ == "__main__":
+    cli()
