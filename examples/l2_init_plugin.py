@@ -3,7 +3,8 @@ package:
 
     python benchmarks/table1.py --plugin examples/l2_init_plugin.py --methods l2_init,sequential
     python benchmarks/table1.py --plugin examples/l2_init_plugin.py --benchmark digits_in_order
-    python benchmarks/audit.py --plugin examples/l2_init_plugin.py --methods l2_init,independent
+    python benchmarks/audit.py --plugin examples/l2_init_plugin.py --quick \
+        --methods l2_init,independent
     python -m pall_avalanche.check_method l2_init --plugin examples/l2_init_plugin.py
 
 - ``l2_init``: fine-tuning with an L2 pull of every weight towards its initial value (its own

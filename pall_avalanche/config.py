@@ -141,6 +141,10 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "lsf_gamma": _spec(float, _at_least(0), "γ of LSF's mnemonic-code terms"),
     "memory_strength": _spec(float, _at_least(0), "GEM's margin"),
     "retrain_epochs": _spec(int, _at_least(0), "ER (Retraining)'s epochs over the buffers"),
+    "shadow_task": _spec(int, _at_least(0), "the exactness audit's shadow runs: the task "
+                         "trained on a random half of its data", nullable=True),
+    "shadow_seed": _spec(int, _at_least(0), "the exactness audit's shadow runs: picks that "
+                         "half", nullable=True),
     "methods": _spec(dict, None, "per-method overrides: methods.<method>.<key>"),
 }
 
@@ -271,6 +275,10 @@ def check_run_config(config: Mapping[str, Any], method: str,
     if lacking:
         raise ValueError(f"the configuration of {method!r} lacks {', '.join(lacking)}, which "
                          "the method takes; set it (e.g. --set KEY=VALUE)")
+    shadow = [resolved.get(key) is None for key in ("shadow_task", "shadow_seed")]
+    if shadow[0] != shadow[1]:
+        raise ValueError("shadow_task and shadow_seed go together: set both (a shadow run of "
+                         "the exactness audit) or neither")
     n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
@@ -281,6 +289,9 @@ def check_run_config(config: Mapping[str, Any], method: str,
         raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
                          f"{resolved['benchmark']!r}: its {classes} classes split evenly into "
                          f"{spec.valid_n_tasks()} tasks")
+    if resolved.get("shadow_task") is not None and resolved["shadow_task"] >= n_tasks:
+        raise ValueError(f"shadow_task={resolved['shadow_task']} is invalid: the tasks are "
+                         f"0..{n_tasks - 1}")
     per_class = classes // n_tasks
     buffer = resolved.get("buffer_size")
     takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].params

@@ -172,7 +172,7 @@ def test_a_benchmark_is_checked_with_one_line_errors():
 def test_the_audit_takes_a_plugin_method(tmp_path, capsys):
     code, stdout, err = run_cli("audit", [
         "--plugin", str(PLUGIN), "--methods", "l2_init,independent", "--seeds", "0", "1",
-        "--set", "epochs=1", "--set", "train_per_task=40", "--quiet",
+        "--shadows", "4", "--set", "epochs=1", "--set", "train_per_task=40", "--quiet",
         "--out", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert "| L2-init |" in stdout and "| Independent |" in stdout

@@ -1,4 +1,17 @@
-"""Exactness audit: compare every unlearned model with models that never saw the task.
+"""Exactness audit: could an adversary tell that task t was learned and then unlearned?
+
+Two experiments, in rooms of their own:
+
+- :mod:`~pall_avalanche.audit.oracle` — Eq. 1: the unlearned model against oracles that
+  never learned t (below), with relapse and the relearning attack
+  (:mod:`~pall_avalanche.audit.relearn`);
+- :mod:`~pall_avalanche.audit.shadows` — the per-example IN/OUT attack (U-LiRA style) on
+  shadow runs that learn t on random halves of D^t, with never-learned oracles as control
+  (statistics in :mod:`~pall_avalanche.audit.attacks`);
+
+and :mod:`~pall_avalanche.audit.verdict` turns both into one line per method: "leaks D^t",
+"leaves a signature, not of D^t" or "no leak found" (and, for a method registered
+``exact=True``, whether the evidence supports the claim).
 
 For a request sequence R that unlearns the tasks U, the oracle sequence R′ is R without any
 request of a task in U (:func:`oracle_sequence`). Per method and seed the audit trains three
@@ -28,6 +41,11 @@ Measurements (:func:`audit_rows`), each with a 95 % interval over seeds:
   value was trained with D^t or B^t must have been re-drawn (direct); the strict check also
   requires the entries trained while t's weights were in the forward pass, and the stored
   buffer logits, to be free of t.
+- **Relapse**: after t's unlearning, the largest rise of t's accuracy over the rest of the
+  sequence (:func:`~pall_avalanche.evaluation.metrics.relapse`), mean with a Student-t
+  interval over seeds and the worst record.
+- **Relearning**: the final model fine-tuned on a few samples of t against the oracle
+  fine-tuned the same way (gaps in accuracy after a few steps and in steps to a threshold).
 """
 
 from pall_avalanche.audit.oracle import (

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pall_avalanche.audit.attacks import relearning_gap
 from pall_avalanche.audit.provenance import ProvenanceTracker
+from pall_avalanche.audit.relearn import relearning_curves
 from pall_avalanche.audit.statistics import (
     bootstrap_auc_interval,
     distinguisher_scores,
@@ -22,12 +24,18 @@ from pall_avalanche.audit.statistics import (
     t_interval,
 )
 from pall_avalanche.catalog import AUDIT_REFERENCE_SEED_OFFSET as REFERENCE_SEED_OFFSET
+from pall_avalanche.evaluation.metrics import relapse_summary
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runs import run_experiments
+from pall_avalanche.runs.batch import run_specs
+from pall_avalanche.runs.spec import plan
+from pall_avalanche.runs.wandb_logging import default_group
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["AuditProbe", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
-           "oracle_sequence", "run_audit", "separated"]
+__all__ = ["AuditProbe", "RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
+           "model_logits", "oracle_sequence", "relearn_threshold", "run_audit", "separated"]
+
+#: The relearning attack compares accuracies after this many fine-tuning steps.
+RELEARN_AT_STEP = 10
 
 # The audited sequence AUDIT_REQUESTS (pall_avalanche.catalog): task 1 is unlearned after tasks
 # 2 and 3 were learned on top of it (the channels of docs/fidelity.md, "Where exact unlearning
@@ -48,6 +56,21 @@ def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[in
 
 
 
+@torch.no_grad()
+def model_logits(strategy: UnlearningTemplate, dataset, n_tasks: int) -> dict[str, list]:
+    """The final model's logits under every head (eval mode, evaluation transform) on every
+    input of ``dataset``, rounded to 5 decimals, with the labels: ``{"logits", "y"}``."""
+    batch = strategy.eval_mb_size or strategy.train_mb_size
+    data = dataset.eval()
+    x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
+    y = [int(data[i][1]) for i in range(len(data))]
+    model = strategy.model
+    model.eval()
+    logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
+                        for h in range(n_tasks)], dim=1)
+    return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
+
+
 class AuditProbe:
     """Rides along one run (``run_record(..., probe=AuditProbe(tasks))``): its plugin tracks
     provenance; :meth:`finish` returns the JSON-ready probe of the final model.
@@ -60,29 +83,20 @@ class AuditProbe:
         self.tracker = ProvenanceTracker()
         self.plugins = [self.tracker]
 
-    @torch.no_grad()
-    def _logits(self, strategy: UnlearningTemplate, dataset, n_tasks: int, batch: int
-                ) -> dict[str, list]:
-        data = dataset.eval()
-        x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
-        y = [int(data[i][1]) for i in range(len(data))]
-        model = strategy.model
-        model.eval()
-        logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
-                            for h in range(n_tasks)], dim=1)
-        return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
-
     def finish(self, strategy: UnlearningTemplate, benchmark) -> dict[str, Any]:
         """The final model's logits (every head) on each probed task's training and test
-        inputs, and the provenance results."""
+        inputs, the provenance results and the relearning curves of each probed task
+        (:func:`~pall_avalanche.audit.relearn.relearning_curves`)."""
         n_tasks = benchmark.split.n_tasks
-        batch = strategy.eval_mb_size or strategy.train_mb_size
-        outputs = {str(t): {"train": self._logits(strategy, benchmark.train_stream[t].dataset,
-                                                  n_tasks, batch),
-                            "test": self._logits(strategy, benchmark.test_stream[t].dataset,
-                                                 n_tasks, batch)}
+        outputs = {str(t): {"train": model_logits(strategy, benchmark.train_stream[t].dataset,
+                                                  n_tasks),
+                            "test": model_logits(strategy, benchmark.test_stream[t].dataset,
+                                                 n_tasks)}
                    for t in self.tasks}
-        return {"outputs": outputs, "provenance": self.tracker.results}
+        relearn = {str(t): relearning_curves(strategy.model, benchmark.train_stream[t].dataset,
+                                             benchmark.test_stream[t].dataset, t, n_tasks)
+                   for t in self.tasks}
+        return {"outputs": outputs, "provenance": self.tracker.results, "relearn": relearn}
 
 
 # ------------------------------------------------------------------------ the audit
@@ -95,24 +109,23 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     :param seeds: at least two seeds.
     :param config: a full configuration.
     :param requests: the audited sequence R (it must unlearn a task).
-    :param options: further keyword arguments of
-        :func:`~pall_avalanche.runs.run_experiments` (``device``, ``jobs``, ``wandb``,
-        ``show_progress``); checkpoints are off (the probe's state is not checkpointed).
+    :param options: ``device``, ``jobs``, ``wandb``, ``show_progress``, ``stats`` of
+        :func:`~pall_avalanche.runs.batch.run_specs`; checkpoints are off (the probe's state
+        is not checkpointed) and a diverged run is left out (with a warning), not fatal.
     """
     if len(seeds) < 2:
         raise ValueError(f"the audit needs at least 2 seeds for its intervals, got {list(seeds)}")
     oracle, unlearned = oracle_sequence(requests)
     out = Path(out_dir)
-    common = {**options, "checkpoints": False, "probe": partial(AuditProbe, unlearned)}
-    return {
-        "unlearned": run_experiments(methods, seeds, config, out / "unlearned",
-                                     requests=requests, **common),
-        "oracle": run_experiments(methods, seeds, config, out / "oracle", requests=oracle,
-                                  **common),
-        "reference": run_experiments(methods, seeds, config, out / "reference",
-                                     requests=oracle, train_seed_offset=REFERENCE_SEED_OFFSET,
-                                     **common),
-    }
+    options = {k: v for k, v in options.items() if k != "checkpoints"}
+    roles = {"unlearned": (requests, None), "oracle": (oracle, None),
+             "reference": (oracle, REFERENCE_SEED_OFFSET)}
+    specs = {role: plan(methods, seeds, config, requests=sequence, train_seed_offset=offset)
+             for role, (sequence, offset) in roles.items()}     # all checked before any runs
+    return {role: run_specs(specs[role], out / role, group=default_group(config),
+                            checkpoints=False, probe=partial(AuditProbe, unlearned),
+                            skip_diverged=True, **options)
+            for role in roles}
 
 
 def _by_method(records: Sequence[dict]) -> dict[str, dict[int, dict]]:
@@ -131,16 +144,62 @@ def _provenance_cell(records: Sequence[dict], key: str) -> str:
     return "pass" if not failed else f"FAIL ({failed}/{len(checks)})"
 
 
+def _relapse(records: Sequence[dict]) -> dict[str, float]:
+    """Relapse over the seeds' unlearned records: the mean per-record rise (Student-t
+    interval) and the worst rise of any record
+    (:func:`~pall_avalanche.evaluation.metrics.relapse_summary`)."""
+    means, worst = [], []
+    for record in records:
+        sequence = RequestSequence(record["requests"], len(record["accuracy"][0]))
+        mean, high = relapse_summary(record["accuracy"], sequence)
+        if mean is not None:
+            means.append(mean)
+            worst.append(high)
+    if len(means) < 2:
+        return {"relapse": float("nan"), "relapse_low": float("nan"),
+                "relapse_high": float("nan"), "relapse_max": float("nan")}
+    mean, low, high = t_interval(means)
+    return {"relapse": mean, "relapse_low": low, "relapse_high": high,
+            "relapse_max": float(max(worst))}
+
+
+def _relearning(unlearned: Sequence[dict], oracles: Sequence[dict], tasks: Sequence[int],
+                cpt: int) -> dict[str, float]:
+    """The relearning attack's gaps, unlearned against oracle of the same seed, for every
+    attack variant (``relearn_<variant>_{acc_gap,steps_gap}`` with intervals): accuracy after
+    :data:`RELEARN_AT_STEP` steps, and steps to :func:`relearn_threshold`."""
+    out: dict[str, float] = {}
+    variants = unlearned[0]["probe"]["relearn"][str(tasks[0])]
+    for variant in variants:
+        gap = relearning_gap(
+            [r["probe"]["relearn"][str(t)][variant] for r in unlearned for t in tasks],
+            [r["probe"]["relearn"][str(t)][variant] for r in oracles for t in tasks],
+            relearn_threshold(cpt), RELEARN_AT_STEP)
+        out.update({f"relearn_{variant}_{k}": v for k, v in gap.items() if k != "n"})
+    return out
+
+
+def relearn_threshold(classes_per_task: int) -> float:
+    """The relearning attack's accuracy threshold: halfway from chance to 100 %."""
+    return (100 / classes_per_task + 100) / 2
+
+
 def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> list[dict]:
-    """One row of measurements per method (see the module docstring), in ``methods`` order.
+    """One row of measurements per method (see the module docstring), in ``methods`` order; a
+    method left with fewer than 2 seeds of all three roles (its runs diverged) gets only
+    ``method`` and ``seeds``.
 
     :param runs: :func:`run_audit`'s records by role.
     """
     by_role = {role: _by_method(records) for role, records in runs.items()}
     rows = []
     for method in methods:
-        unl, ora, ref = (by_role[role][method] for role in ("unlearned", "oracle", "reference"))
-        seeds = sorted(unl)
+        unl, ora, ref = (by_role[role].get(method, {})
+                         for role in ("unlearned", "oracle", "reference"))
+        seeds = sorted(set(unl) & set(ora) & set(ref))     # a diverged run leaves its seed out
+        if len(seeds) < 2:          # too few seeds left for an interval: nothing measured
+            rows.append({"method": method, "seeds": len(seeds)})
+            continue
         cpt = unl[seeds[0]]["split"]["classes_per_task"]
         tasks = [int(t) for t in unl[seeds[0]]["probe"]["outputs"]]
         row: dict[str, Any] = {"method": method, "seeds": len(seeds)}
@@ -174,6 +233,8 @@ def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> li
         records = [unl[s] for s in seeds]
         row["provenance"] = _provenance_cell(records, "direct_pass")
         row["provenance_strict"] = _provenance_cell(records, "strict_pass")
+        row.update(_relapse(records))
+        row.update(_relearning(records, [ora[s] for s in seeds], tasks, cpt))
         a_l = [r["metrics"]["A_l"] for r in records if r["metrics"]["A_l"] is not None]
         row["A_l"], row["A_l_std"] = float(np.mean(a_l)), float(np.std(a_l, ddof=1))
         row["unlearn_seconds"] = float(np.mean([r["timings"]["unlearn_seconds"]

@@ -23,6 +23,7 @@ from pall_avalanche.data.cifar import load_cifar
 from pall_avalanche.data.tasks import (
     TaskSplit,
     class_order_for_seed,
+    half_of_task,
     task_incremental_benchmark_from_tensors,
 )
 from pall_avalanche.data.tinyimagenet import load_tinyimagenet
@@ -55,6 +56,7 @@ def build_benchmark(
     data_root: str | Path | None = None,
     train_per_task: int | None = None,
     download: bool = True,
+    shadow: tuple[int, int] | None = None,
 ) -> CLScenario:
     """Build a registered benchmark and check it (:func:`check_benchmark`).
 
@@ -66,6 +68,9 @@ def build_benchmark(
     :param data_root: folder holding (or receiving) the dataset files; default ``./data``.
     :param train_per_task: subsample each task's training set to this size (reduced runs).
     :param download: download missing files where the machine can.
+    :param shadow: ``(task, seed)``: train that task on the class-balanced random half of its
+        training set the seed picks (:func:`~pall_avalanche.data.tasks.half_of_task`: the
+        exactness audit's shadow runs); ``None``: every task whole.
     """
     if name not in BENCHMARK_INFO:
         raise ValueError(f"unknown benchmark {name!r}; valid benchmarks are "
@@ -82,7 +87,7 @@ def build_benchmark(
                                    train_per_task=train_per_task, download=download)
     benchmark.split = check_benchmark(benchmark, name=name, n_tasks=n_tasks,
                                       train_per_task=train_per_task)
-    return benchmark
+    return benchmark if shadow is None else half_of_task(benchmark, *shadow)
 
 
 def check_benchmark(benchmark: Any, *, name: str, n_tasks: int | None = None,

@@ -8,7 +8,7 @@ relabelled 0..cpt-1 inside each task; every sample carries its task label, so st
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -22,7 +22,8 @@ from avalanche.benchmarks.utils.flat_data import ConstantSequence
 from avalanche.benchmarks.utils.transform_groups import TransformGroups
 from torch.utils.data import TensorDataset
 
-__all__ = ["TaskSplit", "class_order_for_seed", "task_incremental_benchmark_from_tensors"]
+__all__ = ["TaskSplit", "class_order_for_seed", "half_members", "half_of_task",
+           "task_incremental_benchmark_from_tensors"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,12 @@ class TaskSplit:
     train_sizes: tuple[int, ...]
     test_sizes: tuple[int, ...]
     train_per_task: int | None
+    #: A shadow run's halved task (:func:`half_of_task`): ``{"task", "seed", "members"}``,
+    #: ``members`` the kept positions in the task's whole training set; ``None``: no halving.
+    shadow: dict | None = None
 
     def to_dict(self) -> dict:
+        shadow = {} if self.shadow is None else {"shadow": dict(self.shadow)}
         return {
             "name": self.name,
             "n_tasks": self.n_tasks,
@@ -48,6 +53,7 @@ class TaskSplit:
             "train_sizes": list(self.train_sizes),
             "test_sizes": list(self.test_sizes),
             "train_per_task": self.train_per_task,
+            **shadow,
         }
 
 
@@ -66,6 +72,18 @@ def _task_dataset(x: torch.Tensor, y: torch.Tensor, task: int,
         ],
         transform_groups=transforms,
     )
+
+
+def _task_benchmark(train: list, test: list) -> CLScenario:
+    """The Avalanche benchmark of per-task datasets (experience t = task t, task labels, the
+    classes' timeline)."""
+    benchmark = with_classes_timeline(with_task_labels(benchmark_from_datasets(train=train,
+                                                                               test=test)))
+    for stream in benchmark.streams.values():
+        for exp in stream:
+            # Avalanche's timeline stores sets; MultiHeadClassifier indexes them.
+            exp.classes_in_this_experience = sorted(exp.classes_in_this_experience)
+    return benchmark
 
 
 def _balanced_subsample(y: np.ndarray, per_task: int, rng: np.random.Generator) -> np.ndarray:
@@ -136,11 +154,7 @@ def task_incremental_benchmark_from_tensors(
                 idx = idx[_balanced_subsample(y[idx].numpy(), train_per_task, rng)]
             streams[stream].append(_task_dataset(x[idx], remap[y[idx]], t, transforms))
 
-    benchmark = with_classes_timeline(with_task_labels(benchmark_from_datasets(**streams)))
-    for stream in benchmark.streams.values():
-        for exp in stream:
-            # Avalanche's timeline stores sets; MultiHeadClassifier indexes them.
-            exp.classes_in_this_experience = sorted(exp.classes_in_this_experience)
+    benchmark = _task_benchmark(streams["train"], streams["test"])
     benchmark.split = TaskSplit(
         name=name,
         n_tasks=n_tasks,
@@ -152,3 +166,49 @@ def task_incremental_benchmark_from_tensors(
         train_per_task=train_per_task,
     )
     return benchmark
+
+
+def half_members(targets: np.ndarray, seed: int) -> np.ndarray:
+    """The sorted positions of a class-balanced random half of a task's training set (each
+    class contributes ⌈n_c / 2⌉ or ⌊n_c / 2⌋ samples, at random), drawn with ``seed``.
+
+    :param targets: the labels of the task's whole training set, in order.
+    """
+    targets = np.asarray(targets)
+    rng = np.random.default_rng([seed, 2])
+    picked = []
+    for index, cls in enumerate(np.unique(targets)):
+        pool = np.flatnonzero(targets == cls)
+        # odd class sizes alternate which side gets the extra sample, so the half stays a half
+        size = (len(pool) + (index + seed) % 2) // 2
+        picked.append(rng.choice(pool, size=size, replace=False))
+    return np.sort(np.concatenate(picked))
+
+
+def half_of_task(benchmark: CLScenario, task: int, seed: int) -> CLScenario:
+    """``benchmark`` with task ``task`` trained on a class-balanced random half of its training
+    set (:func:`half_members`): a shadow run of the exactness audit's membership attack, whose
+    every target example is IN (trained on) in about half of the shadow runs. The other tasks
+    and every test set are unchanged. The result keeps the task's whole training set as
+    ``audit_targets`` (the attack's target examples, IN and OUT) and records the half in
+    ``split.shadow``.
+
+    :param benchmark: a task-incremental benchmark (:func:`check_benchmark`'s form) with a
+        :class:`TaskSplit` ``split``.
+    :param task: the halved task.
+    :param seed: picks the half.
+    """
+    train = [exp.dataset for exp in benchmark.train_stream]
+    test = [exp.dataset for exp in benchmark.test_stream]
+    if not 0 <= task < len(train):
+        raise ValueError(f"shadow_task={task} is not a task of the benchmark (0..{len(train) - 1})")
+    whole = train[task]
+    members = half_members(np.asarray(list(whole.targets)), seed)
+    train[task] = whole.subset(members.tolist())
+    halved = _task_benchmark(train, test)
+    sizes = list(benchmark.split.train_sizes)
+    sizes[task] = len(members)
+    halved.split = replace(benchmark.split, train_sizes=tuple(sizes), shadow={
+        "task": task, "seed": seed, "members": members.tolist()})
+    halved.audit_targets = whole
+    return halved

@@ -13,6 +13,9 @@ model size) and emits, as Avalanche metric values at x = the request's index:
 ``F_l``, ``F_u``, ``F_u_max`` as they become defined (:func:`compute_metrics` over the requests
 so far, with the final denominators T−1 and N_u of the sequence seen so far; none once the
 sequence leaves the paper's protocol, e.g. a task learned again after it was unlearned),
+``UnlearningMetrics/relapse`` and ``relapse_max`` once an unlearning request has later
+requests (the mean and largest rise of an unlearned task's accuracy after its unlearning:
+:func:`~pall_avalanche.evaluation.metrics.relapse`),
 ``UnlearningMetrics/request_seconds`` and ``UnlearningMetrics/model_size_mb``. Avalanche's
 loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evaluator's
 ``get_last_metrics()`` returns them. This is the one evaluation path: the runner's records are
@@ -34,7 +37,7 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.evaluation.measurement import RequestMeasurement
-from pall_avalanche.evaluation.metrics import compute_metrics
+from pall_avalanche.evaluation.metrics import compute_metrics, relapse_summary
 from pall_avalanche.evaluation.request_log import RequestLog
 from pall_avalanche.requests import InvalidRequestSequence, Request, RequestSequence
 
@@ -108,6 +111,8 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
             # outside the paper's protocol (a task learned again after it was unlearned): the
             # paper's metrics are not defined, every task's accuracy still is
             metrics = {}
+        relapse, relapse_max = relapse_summary(rows, [Request(k, t) for k, t in requests])
+        metrics.update(relapse=relapse, relapse_max=relapse_max)
         strategy.request_measured(result, accepted=self.log.add)
         values = {f"{PREFIX}/accuracy/task{t}": a for t, a in enumerate(result.accuracy)}
         values.update({f"{PREFIX}/{name}": value for name, value in metrics.items()

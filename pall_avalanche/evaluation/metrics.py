@@ -23,7 +23,8 @@ import numpy as np
 
 from pall_avalanche.requests import RequestSequence
 
-__all__ = ["METRIC_NAMES", "compute_metrics", "model_size_mb", "summarize_metrics"]
+__all__ = ["METRIC_NAMES", "compute_metrics", "model_size_mb", "relapse", "relapse_summary",
+           "summarize_metrics"]
 
 METRIC_NAMES = ("A_l", "A_u", "F_l", "F_u", "F_u_max")
 
@@ -93,3 +94,50 @@ def model_size_mb(n_float_params: int, n_mask_bits: int = 0) -> float:
             f"{n_mask_bits}"
         )
     return (4 * n_float_params + n_mask_bits / 8) / 2**20
+
+
+def relapse(accuracy: np.ndarray | Sequence[Sequence[float]],
+            requests: RequestSequence | Sequence) -> list[dict]:
+    """Relapse after each unlearning request: how far the unlearned task's accuracy climbs
+    back while later requests (which never learn it) are served.
+
+    For unlearning request i of task t, rise = max over later rows j > i of
+    ``accuracy[j][t] - accuracy[i][t]``, clipped below at 0; the rows stop before a later
+    request that learns t again (a fresh learning is not a relapse). One
+    ``{"request": i, "task": t, "rise": value}`` per unlearning request, in order, with
+    ``rise`` None when no such later row exists (e.g. the last request).
+
+    :param accuracy: the r × T accuracy matrix (percent), row i = after request i.
+    :param requests: the r requests, objects with ``.kind`` ("learn"/"unlearn") and ``.task``.
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    requests = list(requests)
+    if acc.ndim != 2 or acc.shape[0] != len(requests):
+        raise ValueError(
+            f"accuracy matrix has shape {acc.shape}; expected one row per request "
+            f"({len(requests)} requests)"
+        )
+    out = []
+    for i, r in enumerate(requests):
+        if r.kind != "unlearn":
+            continue
+        t = int(r.task)
+        if not 0 <= t < acc.shape[1]:
+            raise ValueError(f"request {i} names task {t}; the matrix has {acc.shape[1]} tasks")
+        rows = []
+        for j in range(i + 1, len(requests)):
+            if requests[j].kind == "learn" and int(requests[j].task) == t:
+                break
+            rows.append(j)
+        rise = max(0.0, float(max(acc[j, t] for j in rows) - acc[i, t])) if rows else None
+        out.append({"request": i, "task": t, "rise": rise})
+    return out
+
+
+def relapse_summary(accuracy: np.ndarray | Sequence[Sequence[float]],
+                    requests: RequestSequence | Sequence) -> tuple[float | None, float | None]:
+    """(mean, max) of the defined rises of :func:`relapse`; (None, None) if none is defined."""
+    rises = [r["rise"] for r in relapse(accuracy, requests) if r["rise"] is not None]
+    if not rises:
+        return None, None
+    return _mean(rises), float(max(rises))

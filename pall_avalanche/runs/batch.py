@@ -35,9 +35,21 @@ LOCK_POLL_SECONDS = 2.0
 WAIT_NOTE_SECONDS = 300.0
 
 
-def _failed(method: str, seed: int, err: BaseException) -> Exception:
+def _name(spec: RunSpec) -> str:
+    """``"pall seed 3"`` (with the training seed when it has one of its own)."""
+    extra = f" (training seed {spec.train_seed})" if spec.train_seed is not None else ""
+    return f"{spec.method} seed {spec.seed}{extra}"
+
+
+def _left_out(spec: RunSpec, err: DivergedError) -> None:
+    """Warn (one line) that a diverged run is left out (``skip_diverged``)."""
+    warnings.warn(f"{_name(spec)} left out: {err} (no record is written)", RunWarning,
+                  stacklevel=4)
+
+
+def _failed(spec: RunSpec, err: BaseException) -> Exception:
     """``err`` re-raised with the run named (a ValueError stays a ValueError)."""
-    message = f"run of method {method!r} seed {seed} failed: {type(err).__name__}: {err}"
+    message = f"run of method {spec.method!r} seed {spec.seed} failed: {type(err).__name__}: {err}"
     return ValueError(message) if isinstance(err, ValueError) else RuntimeError(message)
 
 
@@ -107,46 +119,48 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
 def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
               device: str | torch.device = "cpu", show_progress: bool = True, jobs: int = 1,
               checkpoints: bool = True, wandb: WandbSettings | None = None,
-              probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None
-              ) -> list[dict]:
+              probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None,
+              skip_diverged: bool = False) -> list[dict]:
     """The records of ``specs`` (checked specifications, :func:`~pall_avalanche.runs.spec.plan`),
     in order: reused when finished under ``out_dir``, computed here or in ``jobs`` worker
     processes under their locks otherwise (the arguments as in :func:`run_experiments`;
-    ``group``: the W&B group of the runs)."""
+    ``group``: the W&B group of the runs). A diverged run stops everything, unless
+    ``skip_diverged``: then it is left out of the list with a one-line
+    :class:`~pall_avalanche.runs.records.RunWarning` (no record is written, so a rerun tries
+    it again; the exactness audit's many seeds and shadow runs go on without it)."""
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
-    pairs = [(spec.method, spec.seed) for spec in specs]
-    if len(set(pairs)) != len(pairs):
-        raise ValueError("the specifications name a (method, seed) pair more than once")
-    specs = dict(zip(pairs, specs, strict=True))
-    paths = {pair: spec.record_path(out_dir) for pair, spec in specs.items()}
+    if len(set(specs)) != len(specs):
+        raise ValueError("a run is specified more than once (same method, seed and identity)")
+    paths = {spec: spec.record_path(out_dir) for spec in specs}
 
     def usable(record: dict | None) -> bool:
         return record is not None and (probe is None or "probe" in record)
 
     records = {}
-    for pair, path in paths.items():
-        records[pair] = peek_record(path)
-        if usable(records[pair]) and has_leftovers(path):
+    for spec, path in paths.items():
+        records[spec] = peek_record(path)
+        if usable(records[spec]) and has_leftovers(path):
             # delete an orphan checkpoint and temporaries if no live owner holds the lock;
             # best effort: a read-only results folder is still read
             with contextlib.suppress(OSError):
                 lock, _ = claim(path, usable)
                 if lock is not None:        # the record changed meanwhile: computed below
                     lock.release()
-    missing = [pair for pair in pairs if not usable(records[pair])]
+    missing = [spec for spec in specs if not usable(records[spec])]
     if stats is not None:
         stats["ran"] = stats.get("ran", 0) + len(missing)
-        stats["reused"] = stats.get("reused", 0) + len(pairs) - len(missing)
+        stats["reused"] = stats.get("reused", 0) + len(specs) - len(missing)
 
-    def arguments(pair: tuple[str, int], progress: bool) -> tuple:
-        return (specs[pair], paths[pair], RunOptions(str(device), checkpoints, progress, wandb,
+    def arguments(spec: RunSpec, progress: bool) -> tuple:
+        return (spec, paths[spec], RunOptions(str(device), checkpoints, progress, wandb,
                                                    probe, group))
 
     if missing:
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
-                                    show_progress=show_progress, device=device))
-    return [records[pair] for pair in pairs]
+                                    show_progress=show_progress, device=device,
+                                    skip_diverged=skip_diverged))
+    return [records[spec] for spec in specs if records[spec] is not None]
 
 
 class _Given:
@@ -210,29 +224,29 @@ class _Progress:
     def set_postfix_str(self, text: str) -> None:
         self.bar.set_postfix_str(text)
 
-    def update(self, pair: tuple[str, int], how: str = "done") -> None:
+    def update(self, spec: RunSpec, how: str = "done") -> None:
         self.count += 1
         self.bar.update()
         if self.show and not self.tty:
-            print(f"{self.desc}: {self.count}/{self.total} {pair[0]} seed {pair[1]} {how} "
+            print(f"{self.desc}: {self.count}/{self.total} {_name(spec)} {how} "
                   f"({time.perf_counter() - self.start:.0f} s)", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.bar.close()
 
 
-def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Path],
+def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                  usable: Callable[[dict | None], bool],
-                 arguments: Callable[[tuple[str, int], bool], tuple], *, jobs: int,
-                 show_progress: bool, device: str | torch.device = "cpu"
-                 ) -> dict[tuple[str, int], dict]:
+                 arguments: Callable[[RunSpec, bool], tuple], *, jobs: int,
+                 show_progress: bool, device: str | torch.device = "cpu",
+                 skip_diverged: bool = False) -> dict[RunSpec, dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
-    done: dict[tuple[str, int], dict] = {}
+    done: dict[RunSpec, dict] = {}
     todo = list(missing)
-    held: dict[tuple[str, int], RecordLock] = {}
-    running: dict[Future, tuple[str, int]] = {}
+    held: dict[RunSpec, RecordLock] = {}
+    running: dict[Future, RunSpec] = {}
     workers = min(jobs, len(missing))
     pool: ProcessPoolExecutor | None = None
     note = _WaitNote()
@@ -240,47 +254,54 @@ def _run_missing(missing: list[tuple[str, int]], paths: dict[tuple[str, int], Pa
                     show_progress)
     try:
         while todo or running:
-            for pair in list(todo):
+            for spec in list(todo):
                 if jobs > 1 and len(running) >= workers:
                     break
-                lock, record = claim(paths[pair], usable)
+                lock, record = claim(paths[spec], usable)
                 if lock is None and record is None:
                     continue  # a live other owner computes it: look again later
-                todo.remove(pair)
+                todo.remove(spec)
                 if record is not None:
-                    done[pair] = record
-                    bar.update(pair, "written by another process")
+                    done[spec] = record
+                    bar.update(spec, "written by another process")
                     continue
-                held[pair] = lock
+                held[spec] = lock
                 if jobs == 1:
-                    bar.set_postfix_str(f"{pair[0]} seed {pair[1]}")
+                    bar.set_postfix_str(f"{_name(spec)}")
                     try:
-                        done[pair] = run_and_write(*arguments(pair, show_progress),
+                        done[spec] = run_and_write(*arguments(spec, show_progress),
                                                     heartbeat=lock.refresh)
                     except DivergedError as err:
-                        raise _failed(*pair, err) from err
+                        if not skip_diverged:
+                            raise _failed(spec, err) from err
+                        _left_out(spec, err)
                     finally:
-                        held.pop(pair).release()
-                    bar.update(pair)
+                        held.pop(spec).release()
+                    bar.update(spec)
                     continue
                 if pool is None:
                     pool = start_pool(workers, jobs, device)
-                running[pool.submit(run_in_worker, *arguments(pair, False),
-                                    heartbeat=lock.refresh)] = pair
+                running[pool.submit(run_in_worker, *arguments(spec, False),
+                                    heartbeat=lock.refresh)] = spec
             if running:
                 finished, _ = wait(list(running), timeout=LOCK_POLL_SECONDS if todo else None,
                                    return_when=FIRST_COMPLETED)
                 for future in finished:
-                    pair = running.pop(future)
-                    held.pop(pair).release()
-                    if future.exception() is not None:
-                        raise _failed(*pair, future.exception()) from future.exception()
-                    done[pair], messages = future.result()
+                    spec = running.pop(future)
+                    held.pop(spec).release()
+                    err = future.exception()
+                    if isinstance(err, DivergedError) and skip_diverged:
+                        _left_out(spec, err)
+                        bar.update(spec, "diverged")
+                        continue
+                    if err is not None:
+                        raise _failed(spec, err) from err
+                    done[spec], messages = future.result()
                     for message in messages:
                         warnings.warn(message, RunWarning, stacklevel=3)
-                    bar.update(pair)
+                    bar.update(spec)
             elif todo:
-                note.show([paths[pair] for pair in todo])
+                note.show([paths[spec] for spec in todo])
                 time.sleep(LOCK_POLL_SECONDS)
     finally:
         if pool is not None:

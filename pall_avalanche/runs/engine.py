@@ -87,6 +87,8 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
     benchmark = build_benchmark(
         config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
         data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
+        shadow=None if config.get("shadow_task") is None
+        else (config["shadow_task"], config["shadow_seed"]),
     )
     split = benchmark.split
     model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,

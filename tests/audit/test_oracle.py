@@ -195,7 +195,17 @@ def test_tiny_audit_records_are_stored_and_reused(tiny_audit):
 
 
 def test_tiny_audit_measurements(tiny_audit):
-    _, _, _, rows = tiny_audit
+    _, _, runs, rows = tiny_audit
+    # the relearning attack: Independent relearns from the same untrained model as its oracle
+    for variant in ("k5_head", "k5_all", "k20_head", "k20_all"):
+        assert rows["independent"][f"relearn_{variant}_acc_gap"] == 0.0
+        assert rows["independent"][f"relearn_{variant}_steps_gap"] == 0.0
+    # Sequential's gap after 10 steps, by hand from its records' curves (seeds paired)
+    curves = {role: {r["seed"]: r["probe"]["relearn"]["1"]["k5_all"] for r in runs[role]
+                     if r["method"] == "sequential"} for role in ("unlearned", "oracle")}
+    gaps = [curves["unlearned"][s][10] - curves["oracle"][s][10] for s in (0, 1)]
+    assert rows["sequential"]["relearn_k5_all_acc_gap"] == pytest.approx(sum(gaps) / 2)
+    assert math.isnan(rows["sequential"]["relapse"])   # U1 is the last request: no relapse
     # Sequential keeps task 1's head: its head alone gives it away.
     assert rows["sequential"]["auc_head"] == 1.0 and rows["sequential"]["auc_head_low"] == 1.0
     assert rows["sequential"]["js_gap"] > 0
@@ -228,7 +238,7 @@ def test_audit_script_end_to_end(tmp_path, capsys):
         "audit_script", Path(__file__).resolve().parents[2] / "benchmarks" / "audit.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--quiet",
+    argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4", "--quiet",
             "--set", "epochs=1", "--set", "train_per_task=40", "--set", "n_retrain_iters=5",
             "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
     with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for the audit's "
@@ -237,8 +247,21 @@ def test_audit_script_end_to_end(tmp_path, capsys):
     markdown = (tmp_path / "rep" / "audit_digits.md").read_text()
     assert f"Command: `python benchmarks/audit.py {' '.join(argv)}`" in markdown
     assert f"Audited sequence R: {' '.join(AUDIT_REQUESTS)}" in markdown
+    assert "Evidence: Eq. 1 on 2 seeds; the IN/OUT attack on 4 shadow runs" in markdown
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    header, *rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    table = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert sorted(table) == ["Independent", "Sequential"]
     # Sequential keeps the unlearned task's head as trained: on that head it is told apart
-    assert re.search(r"\| Sequential \| [^|]+ \| 1\.00 ", markdown), markdown
-    assert "| Independent |" in markdown
+    assert table["Sequential"]["Eq. 1 AUC (t's head)"].startswith("1.00")
+    assert table["Independent"]["Verdict"].split("; ")[1].startswith("exact:")
+    for row in table.values():                  # every measure of the second edition is there
+        for column in ("IN/OUT AUC (per example)", "TPR % at 1 % FPR", "TPR % at 0.1 % FPR",
+                       "IN/OUT AUC (task level)", "Control AUC (oracles)", "Relapse (worst)",
+                       "Relearning Δacc, k=5, head", "Relearning Δacc, k=20, all"):
+            assert re.fullmatch(r"-?[\d.]+ \[-?[\d.]+, -?[\d.]+\]( \([\d.]+\))?",
+                                row[column]), (column, row[column])
     with pytest.raises(ValueError, match=r"--n-unlearn=2 does not apply"):
         script.main([*argv, "--n-unlearn", "2"])
+    with pytest.raises(ValueError, match=r"--shadows 2: at least 4 shadow runs are needed"):
+        script.main([*argv, "--shadows", "2"])

@@ -105,3 +105,32 @@ def test_cifar10_benchmark_from_official_files(tmp_path):
             assert torch.allclose(x, expected, atol=1e-5)
     x, _, _ = bm.train_stream[0].dataset.train()[0]
     assert x.shape == (3, 32, 32) and x.dtype == torch.float32     # augmented, normalised
+
+
+def test_a_shadow_benchmark_trains_one_task_on_a_class_balanced_half():
+    whole = build_benchmark("digits", seed=0)
+    halved = build_benchmark("digits", seed=0, shadow=(1, 5))
+    members = halved.split.shadow["members"]
+    full = whole.train_stream[1].dataset.eval()
+    half = halved.train_stream[1].dataset.eval()
+    # the kept examples are exactly the recorded positions of the whole set, in order
+    assert len(half) == len(members) and members == sorted(set(members))
+    for i, position in enumerate(members):
+        assert torch.equal(half[i][0], full[position][0]) and half[i][1] == full[position][1]
+    labels = np.array([int(full[i][1]) for i in range(len(full))])
+    kept = np.array([int(half[i][1]) for i in range(len(half))])
+    for cls in (0, 1):                       # each class halved (odd sizes: ⌈n/2⌉ or ⌊n/2⌋)
+        assert abs(2 * (kept == cls).sum() - (labels == cls).sum()) <= 1
+    # the attack's targets are the whole set; every other task and every test set untouched
+    assert len(halved.audit_targets) == len(full)
+    for t in (0, 2, 3, 4):
+        assert len(halved.train_stream[t].dataset) == len(whole.train_stream[t].dataset)
+    for t in range(5):
+        assert len(halved.test_stream[t].dataset) == len(whole.test_stream[t].dataset)
+        assert halved.train_stream[t].task_label == t
+    assert halved.split.train_sizes[1] == len(members)
+    assert halved.split.to_dict()["shadow"] == {"task": 1, "seed": 5, "members": members}
+    assert "shadow" not in whole.split.to_dict()           # plain records keep their layout
+    other = build_benchmark("digits", seed=0, shadow=(1, 6)).split.shadow["members"]
+    assert other != members                                # another seed, another half
+    assert build_benchmark("digits", seed=0, shadow=(1, 5)).split.shadow["members"] == members

@@ -116,6 +116,9 @@ NO_CUDA = pytest.mark.skipif(
     (["--requests", "<BAD>"], "request 2 (U1): task 1 is unlearned before it was learned"),
     (["--requests", "<EMPTY>"], "--requests <EMPTY>: the list holds no request"),
     (["--n-unlearn", "9"], "n_unlearn=9 is invalid for 'sequential': at most n_tasks=5"),
+    (["--set", "shadow_task=1"], "shadow_task and shadow_seed go together: set both"),
+    (["--set", "shadow_task=7", "--set", "shadow_seed=0"],
+     "shadow_task=7 is invalid: the tasks are 0..4"),
     (["--set", "optimizer=rmsprop"],
      "--set optimizer=rmsprop: optimizer (the optimizer) must be one of sgd, adam, got 'rmsprop'"),
     (["--set", "alhpa=0.05"], "--set alhpa=0.05: unknown configuration key 'alhpa'; did you "

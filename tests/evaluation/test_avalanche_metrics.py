@@ -63,6 +63,14 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     for name in ("A_l", "A_u", "F_l", "F_u", "F_u_max"):
         xs, ys = values[f"UnlearningMetrics/{name}"]
         assert xs[-1] == last and ys[-1] == pytest.approx(expected[name]), name
+    # relapse by hand: after each unlearning of t, t's largest later rise (0 if it only falls)
+    rises = [max(0.0, max(row[r.task] for row in reference.accuracy[i + 1:])
+                 - reference.accuracy[i][r.task])
+             for i, r in enumerate(requests) if r.kind == "unlearn" and i < last]
+    assert rises, "the sequence must unlearn before its last request"
+    xs, ys = values["UnlearningMetrics/relapse"]
+    assert xs[-1] == last and ys[-1] == pytest.approx(sum(rises) / len(rises))
+    assert values["UnlearningMetrics/relapse_max"][1][-1] == pytest.approx(max(rises))
     for task in range(5):                              # the same rows as the runner's plugin
         xs, ys = values[f"UnlearningMetrics/accuracy/task{task}"]
         assert xs == list(range(len(requests)))

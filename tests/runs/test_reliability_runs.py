@@ -683,3 +683,24 @@ def test_an_owner_whose_lock_was_broken_stops_when_it_notices(tmp_path):
         mine.refresh()
     mine.release()                                   # never deletes the new owner's lock
     assert theirs.held()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_diverged_run_can_be_left_out_of_many(tmp_path, jobs):
+    # the audit's many seeds: a run whose loss turns NaN (lr = 1e30) is left out with one
+    # warning line, the others are computed and returned, and nothing is written for it
+    from pall_avalanche.runs.batch import run_specs
+    from pall_avalanche.runs.spec import plan
+
+    good = plan(["sequential"], [0], CONFIG, requests=REQUESTS)
+    bad = plan(["sequential"], [1], {**CONFIG, "lr": 1e30}, requests=REQUESTS)
+    with pytest.warns(RunWarning, match=r"sequential seed 1 left out: request \d+ "
+                                        r"\((learn|unlearn) task \d+\) diverged") as caught:
+        records = run_specs([*bad, *good], tmp_path, group="g", jobs=jobs, checkpoints=False,
+                            show_progress=False, skip_diverged=True)
+    assert [(r["method"], r["seed"]) for r in records] == [("sequential", 0)]
+    assert sum("left out" in str(w.message) for w in caught) == 1
+    assert [p.name for p in tmp_path.rglob("*.json")] == ["seed0.json"]
+    with pytest.raises(RuntimeError, match=r"run of method 'sequential' seed 1 failed: "
+                                           r"DivergedError"):
+        run_specs(bad, tmp_path, group="g", jobs=jobs, checkpoints=False, show_progress=False)

@@ -1,0 +1,324 @@
+"""The second edition's attack statistics, pure functions of arrays (numpy and scipy only):
+per-example logit-scaled confidences, a per-example Gaussian likelihood-ratio membership
+attack in the style of LiRA / U-LiRA (Carlini et al. 2022, "Membership inference attacks
+from first principles"; Hayes et al. 2025, "Inexact unlearning needs more careful
+evaluations"), ROC summaries with intervals resampling runs and examples, and a relearning
+attack's steps-to-threshold gap."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import rankdata
+
+from pall_avalanche.audit.statistics import roc_auc, t_interval
+
+__all__ = ["attack_summary", "confidence_features", "lira_cross_scores", "lira_scores",
+           "logit_confidence", "relearning_gap", "roc_curve", "steps_to_threshold",
+           "tpr_at_fpr"]
+
+
+# ------------------------------------------------------------------------- confidences
+def logit_confidence(logits: np.ndarray, y: np.ndarray, head: int, classes_per_task: int
+                     ) -> np.ndarray:
+    """Per example, the logit-scaled confidence of label ``y`` under head ``head``:
+    φ = log p_y − log(1 − p_y) with p the softmax of that head's block, computed stably as
+    z_y − logsumexp(z_j, j ≠ y) (float64).
+
+    :param logits: (n, T·cpt) logits of every head; head h is columns h·cpt .. (h+1)·cpt − 1.
+    :param y: (n,) labels in 0 .. cpt − 1.
+    :param head: the head whose block is read.
+    :param classes_per_task: cpt, the classes of one head (at least 2).
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    y = np.asarray(y).astype(int).reshape(-1)
+    cpt = int(classes_per_task)
+    if cpt < 2:
+        raise ValueError(f"classes_per_task must be at least 2, got {classes_per_task}")
+    if logits.ndim != 2 or logits.shape[1] % cpt:
+        raise ValueError(f"logits of shape {logits.shape} are not (n, T·{cpt})")
+    n_heads = logits.shape[1] // cpt
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head {head} out of range 0..{n_heads - 1}")
+    if len(y) != len(logits):
+        raise ValueError(f"{len(y)} labels for {len(logits)} logit rows")
+    if len(y) and (y.min() < 0 or y.max() >= cpt):
+        raise ValueError(f"labels must lie in 0..{cpt - 1}")
+    block = logits[:, head * cpt:(head + 1) * cpt]
+    rows = np.arange(len(y))
+    true = block[rows, y]
+    others = block.copy()
+    others[rows, y] = -np.inf
+    return true - logsumexp(others, axis=1)
+
+
+def confidence_features(logits: np.ndarray, y: np.ndarray, heads: Sequence[int],
+                        classes_per_task: int) -> np.ndarray:
+    """(n, len(heads)): :func:`logit_confidence` of label ``y`` under each head in ``heads``,
+    one column per head in the given order."""
+    columns = [logit_confidence(logits, y, h, classes_per_task) for h in heads]
+    if not columns:
+        return np.zeros((len(np.asarray(logits)), 0))
+    return np.column_stack(columns)
+
+
+# ------------------------------------------------------------------------- likelihood ratio
+def _as_runs(features: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    features = np.asarray(features, dtype=np.float64)
+    if features.ndim == 2:
+        features = features[:, :, None]
+    if features.ndim != 3:
+        raise ValueError(f"features must be (R, N, d) or (R, N), got shape {features.shape}")
+    member = np.asarray(member, dtype=bool)
+    if member.shape != features.shape[:2]:
+        raise ValueError(f"member has shape {member.shape}; expected {features.shape[:2]}")
+    return features, member
+
+
+def _gaussians(values: np.ndarray, mask: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per example and dimension: (count, mean, per-example sample variance (NaN below 2
+    values), pooled within-example variance per dimension (NaN where undefined))."""
+    weights = mask[:, :, None].astype(np.float64)                  # (R, N, 1)
+    count = mask.sum(axis=0)                                       # (N,)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (weights * values).sum(axis=0) / count[:, None]     # (N, d)
+        squares = (weights * (values - np.nan_to_num(mean)) ** 2).sum(axis=0)  # (N, d)
+        var = np.where(count[:, None] >= 2, squares / (count[:, None] - 1), np.nan)
+        usable = count >= 2
+        dof = (count[usable] - 1).sum()
+        pooled = squares[usable].sum(axis=0) / dof if dof > 0 else np.full(values.shape[2],
+                                                                            np.nan)
+    return count, mean, var, pooled
+
+
+def _log_normal(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    return -np.log(std) - 0.5 * np.log(2 * np.pi) - 0.5 * ((x - mean) / std) ** 2
+
+
+def lira_scores(features: np.ndarray, member: np.ndarray, targets: Sequence[int], *,
+                global_variance: bool = False, min_std: float = 1e-3) -> np.ndarray:
+    """(len(targets), N) likelihood-ratio membership scores of the target runs.
+
+    Per example n and feature dimension k, one Gaussian is fit to the values of the
+    non-target ("shadow") runs where n was IN the training data and another to those where
+    it was OUT: the mean, and the sample variance (ddof = 1). Dimensions are independent
+    (diagonal covariance). A target run's vector x scores
+    Σ_k [log N(x_k; μ_in, σ_in) − log N(x_k; μ_out, σ_out)]; higher = more likely IN.
+
+    With ``global_variance`` every example uses, per dimension, one pooled within-example
+    variance Σ_n Σ_r (x − μ_n)² / Σ_n (k_n − 1) over the examples with k_n ≥ 2 shadow values
+    (separately for IN and OUT), LiRA's choice for few shadow models. An example with fewer
+    than 2 IN or fewer than 2 OUT shadow runs uses these global variances for both sides; one
+    with 0 IN or 0 OUT shadow runs, or whose variance cannot be estimated at all, scores 0.
+    Standard deviations are floored at ``min_std``. The target runs' own features and
+    memberships never enter the fit.
+
+    :param features: (R, N, d) statistics of R runs on N examples ((R, N) means d = 1).
+    :param member: (R, N) bool, whether example n was in run r's training data.
+    :param targets: distinct indices of the runs to score.
+    :param global_variance: pool the variances over examples.
+    :param min_std: floor of every standard deviation.
+    """
+    features, member = _as_runs(features, member)
+    n_runs = features.shape[0]
+    targets = np.asarray(targets, dtype=int).reshape(-1)
+    if len(np.unique(targets)) != len(targets) or (
+            len(targets) and (targets.min() < 0 or targets.max() >= n_runs)):
+        raise ValueError(f"targets must be distinct run indices in 0..{n_runs - 1}")
+    shadow = np.setdiff1d(np.arange(n_runs), targets)
+    values, mask = features[shadow], member[shadow]
+
+    n_in, mu_in, var_in, pool_in = _gaussians(values, mask)
+    n_out, mu_out, var_out, pool_out = _gaussians(values, ~mask)
+    own = (n_in >= 2) & (n_out >= 2) & (not global_variance)
+    var_in = np.where(own[:, None], var_in, pool_in[None, :])
+    var_out = np.where(own[:, None], var_out, pool_out[None, :])
+    valid = ((n_in > 0) & (n_out > 0) & np.isfinite(var_in).all(axis=1)
+             & np.isfinite(var_out).all(axis=1))                    # (N,)
+    std_in = np.maximum(np.sqrt(np.where(valid[:, None], var_in, 1.0)), min_std)
+    std_out = np.maximum(np.sqrt(np.where(valid[:, None], var_out, 1.0)), min_std)
+    mu_in = np.where(valid[:, None], mu_in, 0.0)
+    mu_out = np.where(valid[:, None], mu_out, 0.0)
+
+    x = features[targets]                                           # (K, N, d)
+    ratio = (_log_normal(x, mu_in, std_in) - _log_normal(x, mu_out, std_out)).sum(axis=2)
+    return np.where(valid[None, :], ratio, 0.0)
+
+
+def lira_cross_scores(features: np.ndarray, member: np.ndarray, n_folds: int, seed: int = 0,
+                      **kw: Any) -> np.ndarray:
+    """(R, N) scores of every run, each scored exactly once: the runs are split into
+    ``n_folds`` groups by a permutation fixed by ``seed`` (``np.array_split``), and each
+    group's runs are scored by :func:`lira_scores` with Gaussians fit on the other groups.
+
+    :param n_folds: number of groups, 2 .. R (R = leave one run out).
+    :param kw: passed to :func:`lira_scores` (``global_variance``, ``min_std``).
+    """
+    features, member = _as_runs(features, member)
+    n_runs = features.shape[0]
+    if not 2 <= n_folds <= n_runs:
+        raise ValueError(f"n_folds must lie in 2..{n_runs} (the number of runs), got {n_folds}")
+    order = np.random.default_rng(seed).permutation(n_runs)
+    scores = np.empty(member.shape, dtype=np.float64)
+    for fold in np.array_split(order, n_folds):
+        scores[fold] = lira_scores(features, member, fold, **kw)
+    return scores
+
+
+# ------------------------------------------------------------------------- ROC
+def _binary(scores: Sequence[float], labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    labels = np.asarray(labels).reshape(-1)
+    if len(scores) != len(labels):
+        raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
+    n_pos, n_neg = int((labels == 1).sum()), int((labels == 0).sum())
+    if n_pos == 0 or n_neg == 0 or n_pos + n_neg != len(labels):
+        raise ValueError("labels must be 0/1 with both classes present")
+    return scores, labels.astype(int)
+
+
+def roc_curve(scores: Sequence[float], labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(fpr, tpr) of the rules "score ≥ c" for every distinct score c, from the highest down,
+    preceded by (0, 0) (no example called positive); the last point is (1, 1). Tied scores
+    are always on the same side.
+
+    :param scores: higher = more likely positive.
+    :param labels: 1 (positive) or 0 (negative); both must occur.
+    """
+    scores, labels = _binary(scores, labels)
+    order = np.argsort(-scores, kind="stable")
+    ranked, hits = scores[order], labels[order]
+    tp, fp = np.cumsum(hits), np.cumsum(1 - hits)
+    ends = np.r_[np.flatnonzero(np.diff(ranked) != 0), len(ranked) - 1]
+    return np.r_[0.0, fp[ends] / fp[-1]], np.r_[0.0, tp[ends] / tp[-1]]
+
+
+def tpr_at_fpr(scores: Sequence[float], labels: Sequence[int], fpr: float) -> float:
+    """The largest TPR over the rules "score ≥ c" whose FPR is at most ``fpr`` (ties on the
+    same side). When no rule calling some example positive has FPR ≤ ``fpr`` (few
+    negatives), this is the TPR at FPR 0, possibly 0."""
+    return _tpr_at(roc_curve(scores, labels), fpr)
+
+
+def _tpr_at(curve: tuple[np.ndarray, np.ndarray], fpr: float) -> float:
+    fprs, tprs = curve
+    return float(tprs[fprs <= fpr + 1e-12].max())
+
+
+def _fpr_key(fpr: float) -> str:
+    return f"tpr@{fpr:g}"
+
+
+def _row_aucs(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each row's AUC (Mann–Whitney rank sum, ties one half), NaN for a row holding one
+    class only: :func:`~pall_avalanche.audit.statistics.roc_auc` row by row, in one pass."""
+    ranks = rankdata(scores, axis=1)
+    n_pos = labels.sum(axis=1).astype(np.float64)
+    n_neg = labels.shape[1] - n_pos
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((ranks * labels).sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def attack_summary(scores: np.ndarray, member: np.ndarray, *,
+                   fprs: Sequence[float] = (0.01, 0.001), level: float = 0.95,
+                   n_boot: int = 1000, seed: int = 0) -> dict[str, float | int]:
+    """AUC and TPR at each FPR in ``fprs`` of an attack's scores on runs × target examples,
+    each with a percentile bootstrap interval that resamples runs *and* examples with
+    replacement (both are random draws: a run's training randomness and the examples' own
+    difficulty; resampling runs alone gives intervals too narrow when there are few
+    examples); resamples holding a single class are skipped (bounds NaN if every resample
+    is).
+
+    Keys: ``auc``, ``auc_low``, ``auc_high``, and per FPR f ``tpr@f``, ``tpr@f_low``,
+    ``tpr@f_high`` (f written with ``:g``, e.g. ``tpr@0.01``); ``inout_auc`` (with ``_low``
+    and ``_high``): the task-level attack, the mean over runs of each run's own AUC (its IN
+    examples against its OUT examples); plus ``n_groups`` (runs) and ``n_scores``.
+
+    :param scores: (runs, examples) scores, higher = more likely IN.
+    :param member: (runs, examples) whether the example was IN for the run (0/1).
+    """
+    scores, member = np.asarray(scores, dtype=float), np.asarray(member).astype(int)
+    if scores.ndim != 2 or scores.shape != member.shape:
+        raise ValueError(f"scores {scores.shape} and member {member.shape} must be equal "
+                         "(runs, examples) matrices")
+
+    def measures(s: np.ndarray, lab: np.ndarray) -> list[float]:
+        per_run = _row_aucs(s, lab)
+        s, lab = _binary(s.ravel(), lab.ravel())
+        curve = roc_curve(s, lab)
+        return ([roc_auc(s, lab)] + [_tpr_at(curve, f) for f in fprs]
+                + [float(np.nanmean(per_run)) if np.isfinite(per_run).any() else float("nan")])
+
+    names = ["auc"] + [_fpr_key(f) for f in fprs] + ["inout_auc"]
+    point = measures(scores, member)
+    rng = np.random.default_rng(seed)
+    runs, examples = scores.shape
+    boots = []
+    for _ in range(n_boot):
+        rows, cols = rng.integers(0, runs, runs), rng.integers(0, examples, examples)
+        lab = member[np.ix_(rows, cols)]
+        if lab.min() != lab.max():
+            boots.append(measures(scores[np.ix_(rows, cols)], lab))
+    out: dict[str, float | int] = {}
+    for k, name in enumerate(names):
+        out[name] = float(point[k])
+        if boots:
+            low, high = np.percentile([b[k] for b in boots], [50 * (1 - level), 50 * (1 + level)])
+        else:
+            low = high = float("nan")
+        out[f"{name}_low"], out[f"{name}_high"] = float(low), float(high)
+    out["n_groups"], out["n_scores"] = runs, scores.size
+    return out
+
+
+# ------------------------------------------------------------------------- relearning
+def steps_to_threshold(curve: Sequence[float], threshold: float) -> int | None:
+    """The first index i with ``curve[i] ≥ threshold`` (``curve[0]`` is before any
+    relearning step), or None if the curve never reaches it."""
+    for i, value in enumerate(curve):
+        if value >= threshold:
+            return i
+    return None
+
+
+def relearning_gap(unlearned_curves: Sequence[Sequence[float]],
+                   oracle_curves: Sequence[Sequence[float]], threshold: float, at_step: int,
+                   level: float = 0.95) -> dict[str, float | int]:
+    """The relearning attack's gaps over seeds, each a mean with a Student-t interval:
+
+    - ``steps_gap``: oracle steps − unlearned steps to reach ``threshold`` (positive = the
+      unlearned model relearns faster). A curve that never reaches the threshold counts as
+      ``len(curve)`` steps, i.e. censored at its end, so the gap is then a bound, not exact.
+    - ``acc_gap``: unlearned accuracy − oracle accuracy at index ``at_step``.
+
+    Keys ``steps_gap``, ``steps_gap_low``, ``steps_gap_high``, ``acc_gap``, ``acc_gap_low``,
+    ``acc_gap_high`` and ``n`` (seeds).
+
+    :param unlearned_curves: per seed, the accuracy curve of the unlearned model while
+        relearning (index 0 = before any step).
+    :param oracle_curves: per seed, the oracle's curve, the same length as its pair.
+    :param at_step: the index at which the accuracies are compared.
+    :param level: confidence level of the intervals (at least 2 seeds are needed).
+    """
+    if len(unlearned_curves) != len(oracle_curves):
+        raise ValueError(f"{len(unlearned_curves)} unlearned curves for {len(oracle_curves)} "
+                         f"oracle curves")
+    steps, accs = [], []
+    for u, o in zip(unlearned_curves, oracle_curves, strict=True):
+        if len(u) != len(o):
+            raise ValueError(f"paired curves have lengths {len(u)} and {len(o)}")
+        if not 0 <= at_step < len(u):
+            raise ValueError(f"at_step {at_step} outside a curve of length {len(u)}")
+        s_u, s_o = steps_to_threshold(u, threshold), steps_to_threshold(o, threshold)
+        steps.append((len(o) if s_o is None else s_o) - (len(u) if s_u is None else s_u))
+        accs.append(float(u[at_step]) - float(o[at_step]))
+    out: dict[str, float | int] = {}
+    for name, values in (("steps_gap", steps), ("acc_gap", accs)):
+        mean, low, high = t_interval(values, level)
+        out[name], out[f"{name}_low"], out[f"{name}_high"] = mean, low, high
+    out["n"] = len(steps)
+    return out
