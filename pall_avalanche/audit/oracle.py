@@ -55,7 +55,6 @@ def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[in
     return requests.without_tasks(unlearned), unlearned
 
 
-
 @torch.no_grad()
 def model_logits(strategy: UnlearningTemplate, dataset, n_tasks: int) -> dict[str, list]:
     """The final model's logits under every head (eval mode, evaluation transform) on every

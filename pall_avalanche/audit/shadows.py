@@ -39,7 +39,7 @@ from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import plan
 from pall_avalanche.runs.wandb_logging import default_group
 
-__all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack_rows", "run_shadows"]
+__all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows", "run_shadows"]
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
