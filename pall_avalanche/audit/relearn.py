@@ -20,6 +20,8 @@ import torch
 from avalanche.models.utils import avalanche_forward
 from torch import nn
 
+from pall_avalanche.models.multihead import TaskIncrementalNet
+
 __all__ = ["RELEARN_LR", "RELEARN_SHOTS", "RELEARN_STEPS", "fine_tune", "head_rows",
            "relearning_curves"]
 
@@ -31,18 +33,15 @@ RELEARN_STEPS = 30
 RELEARN_LR = 0.05
 
 
-def head_rows(model: nn.Module, task: int, n_tasks: int) -> dict[str, torch.Tensor]:
-    """Name → bool mask of the entries of ``model`` that produce ``task``'s logits: the rows
-    of every shared task-incremental head (a ``Linear`` named ``head`` with one block of rows
-    per task), in whatever container holds it. Empty when the model has no such head."""
-    out = {}
-    for name, param in model.named_parameters():
-        if name == "head.weight" or name.endswith(".head.weight"):
-            rows = param.shape[0] // n_tasks
-            mask = torch.zeros_like(param, dtype=torch.bool)
-            mask[task * rows:(task + 1) * rows] = True
-            out[name] = mask
-    return out
+def head_rows(model: nn.Module, task: int) -> dict[str, torch.Tensor]:
+    """Name → bool mask of the entries of ``model`` that produce ``task``'s logits: the task's
+    rows (:meth:`~pall_avalanche.models.TaskIncrementalNet.head_entries`) of every
+    task-incremental network inside ``model`` (the model itself, a subnetwork method's
+    network, Independent's per-task models). Empty when the model has none."""
+    return {f"{prefix}.{name}" if prefix else name: mask
+            for prefix, module in model.named_modules()
+            if isinstance(module, TaskIncrementalNet)
+            for name, mask in module.head_entries(task).items()}
 
 
 def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int) -> float:
@@ -85,7 +84,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int,
     return tuned, curve
 
 
-def relearning_curves(model: nn.Module, train, test, task: int, n_tasks: int, *,
+def relearning_curves(model: nn.Module, train, test, task: int, *,
                       lr: float = RELEARN_LR, shots: Sequence[int] = RELEARN_SHOTS,
                       steps: int = RELEARN_STEPS, seed: int = 0) -> dict[str, list[float]]:
     """t's test accuracy (percent) before and after each fine-tuning step, per attack:
@@ -97,7 +96,6 @@ def relearning_curves(model: nn.Module, train, test, task: int, n_tasks: int, *,
     :param train: task t's training dataset (the samples are drawn from it, eval transform).
     :param test: task t's test dataset.
     :param task: the unlearned task t.
-    :param n_tasks: the number of tasks (the head's blocks).
     :param lr: the SGD learning rate.
     :param seed: picks the samples (the same for the unlearned model and its oracle).
     """
@@ -113,7 +111,7 @@ def relearning_curves(model: nn.Module, train, test, task: int, n_tasks: int, *,
         picked = torch.from_numpy(_few_shot(y_all.numpy(), k, rng))
         x, y = x_all[picked].to(device), y_all[picked].to(device)
         for scope in ("head", "all"):
-            trainable = head_rows(model, task, n_tasks) if scope == "head" else None
+            trainable = head_rows(model, task) if scope == "head" else None
             if trainable == {}:
                 continue
             _, curves[f"k{k}_{scope}"] = fine_tune(model, x, y, task, trainable, lr=lr,

@@ -98,8 +98,8 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
                    for key in (name, f"{name}_low", f"{name}_high"))
 
     def cell(name: str, digits: int, scale: float = 1.0) -> list[str]:
-        return [interval_cell({k: v * scale for k, v in r.items()
-                               if k.startswith(name) and isinstance(v, float)}, name, digits)
+        keys = (name, f"{name}_low", f"{name}_high")
+        return [interval_cell({k: r[k] * scale for k in keys}, name, digits)
                 if known(r, name) else "n/a" for r in rows]
 
     worst = [f" ({r['relapse_max']:.2f})" if r.get("relapse_max") == r.get("relapse_max")

@@ -40,7 +40,7 @@ def test_head_only_fine_tuning_moves_only_the_tasks_head_rows():
     test = bm.test_stream[1].dataset.eval()
     x_test = torch.stack([test[i][0] for i in range(len(test))])
     y_test = torch.tensor([int(test[i][1]) for i in range(len(test))])
-    rows = head_rows(model, 1, 5)
+    rows = head_rows(model, 1)
     features = model.head.in_features
     assert list(rows) == ["head.weight"] and int(rows["head.weight"].sum()) == 2 * features
     assert rows["head.weight"][2:4].all()                # task 1's block: rows 2 and 3
@@ -61,7 +61,7 @@ def test_relearning_curves_of_every_attack():
     strategy, bm = _trained("pall")
     before = _parameters(strategy.model)
     curves = relearning_curves(strategy.model, bm.train_stream[1].dataset,
-                               bm.test_stream[1].dataset, 1, 5, shots=(3,), steps=4)
+                               bm.test_stream[1].dataset, 1, shots=(3,), steps=4)
     assert sorted(curves) == ["k3_all", "k3_head"]
     test = bm.test_stream[1].dataset.eval()
     for curve in curves.values():                    # before any step: the model as it is
