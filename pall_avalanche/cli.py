@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from pall_avalanche.catalog import ABLATION_METHODS, BENCHMARK_INFO, METHOD_INFO, TABLE1_METHODS
 from pall_avalanche.config import (
+    THRESHOLD_METHODS,
     apply_overrides,
     check_config,
     check_setting,
@@ -66,6 +67,8 @@ FLAG_KEYS = {
     "beta": "beta",
     "amp": "amp",
     "channels_last": "channels_last",
+    "mask_threshold": "mask_threshold",
+    "input_pipeline": "input_pipeline",
 }
 
 
@@ -109,6 +112,17 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "the configuration as amp)")
     parser.add_argument("--channels-last", action="store_const", const=True,
                         help="channels-last memory layout (recorded as channels_last)")
+    parser.add_argument("--mask-threshold",
+                        choices=THRESHOLD_METHODS,
+                        help="how subnetwork methods find each layer's mask threshold: the "
+                             "same masks every way, only the speed differs (default auto: "
+                             "numpy.partition on CPU, torch.topk on a GPU; compare them with "
+                             "pall-perf-masking --device cuda --table)")
+    parser.add_argument("--input-pipeline", choices=["batched", "per_sample"],
+                        help="where training mini-batches are assembled: batched, one uint8 "
+                             "tensor per task on the training device, augmented as a batch "
+                             "(the default where the benchmark offers it: CIFAR, Tiny "
+                             "ImageNet), or per_sample, torchvision transforms on the host")
     parser.add_argument("--data-root", help="folder of the dataset files (default ./data)")
     parser.add_argument("--train-per-task", type=int,
                         help="subsample each task's training set (reduced CPU runs)")

@@ -37,6 +37,7 @@ __all__ = [
     "CONFIG_DIR",
     "CONFIG_KEYS",
     "REQUIRED_KEYS",
+    "THRESHOLD_METHODS",
     "KeySpec",
     "apply_overrides",
     "check_config",
@@ -104,6 +105,11 @@ def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = Fals
     return KeySpec(kind, valid, what, meaning, nullable)
 
 
+#: How subnetwork methods may find a layer's mask threshold (the same masks every way; the
+#: methods are described where they run, in :mod:`pall_avalanche.masks.selection`).
+THRESHOLD_METHODS = ("auto", "partition", "topk", "sort", "kthvalue")
+
+
 #: Every configuration key (see :data:`CONFIG_DIR`), with its type, range and meaning.
 CONFIG_KEYS: dict[str, KeySpec] = {
     "benchmark": _spec(str, _registered("benchmark"), "the benchmark"),
@@ -128,6 +134,12 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "amp": _spec(str, _choice("bf16"), "mixed precision of the training forward passes",
                  nullable=True),
     "channels_last": _spec(bool, None, "channels-last memory layout"),
+    "input_pipeline": _spec(str, _choice("batched", "per_sample"), "where training "
+                            "mini-batches are assembled: batched on the device where the "
+                            "benchmark offers it, or per sample on the host", nullable=True),
+    "mask_threshold": _spec(str, _choice(*THRESHOLD_METHODS),
+                            "how subnetwork methods find per-layer mask thresholds (speed "
+                            "only: the same masks)", nullable=True),
     "alpha": _spec(float, ((lambda v: 0 < v <= 1), "in (0, 1]"),
                    "α, per-layer connectivity of a task subnetwork (PALL, WSN)"),
     "n_retrain_iters": _spec(int, _at_least(0), "N_f, iterations after an unlearning request"),

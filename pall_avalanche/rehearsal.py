@@ -138,25 +138,26 @@ def select_exemplars(targets: torch.Tensor, n: int, selection: str = "random", *
     return torch.cat(picked).sort().values
 
 
-def class_stratified_indices(labels: torch.Tensor, n: int) -> torch.Tensor:
+def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int) -> torch.Tensor:
     """``n`` distinct random indices of ``labels``, spread over its classes as evenly as
     possible: ``n // c`` from each of the c classes and one more from ``n % c`` randomly chosen
     classes; a class with too few samples gives all it has and the others make up the rest
     (``min(n, len(labels))`` indices in all). Samples within a class are uniformly random.
+    Drawn on the labels' device with its generator, nothing handed to the host.
 
-    :param labels: the class of each sample (any device; the indices come back on it).
+    :param labels: the class of each sample, in 0 .. ``n_classes`` − 1 (any device; the
+        indices come back on it).
     :param n: how many indices to draw.
+    :param n_classes: c, the number of classes (each present in ``labels``).
     """
-    cpu = labels.detach().cpu()
-    order = torch.randperm(len(cpu))
-    classes, slot = torch.unique(cpu[order], return_inverse=True)
-    rank = torch.zeros(len(cpu), dtype=torch.long)       # position within its class
-    for k in range(len(classes)):
-        members = slot == k
-        rank[members] = torch.arange(int(members.sum()))
+    device = labels.device
+    order = torch.randperm(len(labels), device=device)
+    slot = labels[order]
+    # position of each sample within its class, in the random order
+    rank = F.one_hot(slot, n_classes).cumsum(0).gather(1, slot[:, None]).squeeze(1) - 1
     # round-robin over the classes (in a random class order), each class's samples in order
-    key = rank * len(classes) + torch.randperm(len(classes))[slot]
-    return order[torch.argsort(key)[:n]].to(labels.device)
+    key = rank * n_classes + torch.randperm(n_classes, device=device)[slot]
+    return order[torch.argsort(key)[:n]]
 
 
 @torch.no_grad()
@@ -224,6 +225,7 @@ class EpisodicMemory(UnlearningPlugin):
             raise ValueError(f"unknown buffer selection {selection!r}; valid selections are "
                              f"{list(SELECTIONS)}")
         self.selection = selection
+        self.classes_per_task = classes_per_task
         self.per_task = buffer_size // n_tasks
         if self.per_task < classes_per_task:
             raise ValueError(
@@ -273,7 +275,7 @@ class EpisodicMemory(UnlearningPlugin):
         (:func:`class_stratified_indices`)."""
         x, y, _ = self.buffers[task]
         if stratified:
-            return class_stratified_indices(y, n)
+            return class_stratified_indices(y, n, self.classes_per_task)
         return torch.randperm(len(x), device=x.device)[:n]
 
 

@@ -147,3 +147,73 @@ def write_cifar10(root: Path, *, train_per_class: int, test_per_class: int, seed
                                     b"filenames": [f"{name}_{k}.png".encode()
                                                    for k in range(len(labels))]})
     return folder
+
+
+class HostSyncError(AssertionError):
+    """A tensor was turned into a Python value (a host synchronisation on a GPU) while the
+    detector was armed."""
+
+
+#: Tensor methods that hand a tensor's value to Python (each waits for the device on a GPU),
+#: and torch functions that return a Python bool computed from tensor values.
+_TENSOR_CONVERSIONS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
+                       "__index__", "__complex__", "__array__", "equal")
+_TORCH_CONVERSIONS = ("equal", "allclose", "is_nonzero")
+
+
+class HostSyncDetector:
+    """While :attr:`armed`, every tensor → Python conversion (``.item()``, ``.tolist()``,
+    ``.cpu()``, ``.numpy()``, ``bool(t)``, ``int(t)``, ``float(t)``, indexing a sequence by a
+    tensor, ``torch.equal`` ...) raises :class:`HostSyncError`. On CPU none of them waits, so
+    this is how a CPU test sees what would synchronise a GPU step. Use as a context manager
+    (patches installed on entry, removed on exit); arm it around what must not convert, e.g.
+    with :meth:`plugins` around every training iteration of a strategy."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._saved: list[tuple[object, str, object]] = []
+
+    def _guard(self, owner: object, name: str) -> None:
+        original = getattr(owner, name)
+        detector = self
+
+        def guarded(*args, **kwargs):
+            if detector.armed:
+                raise HostSyncError(f"{getattr(owner, '__name__', owner)}.{name} inside a "
+                                    "step that must not synchronise")
+            return original(*args, **kwargs)
+
+        self._saved.append((owner, name, original))
+        setattr(owner, name, guarded)
+
+    def __enter__(self) -> HostSyncDetector:
+        for name in _TENSOR_CONVERSIONS:
+            self._guard(torch.Tensor, name)
+        for name in _TORCH_CONVERSIONS:
+            self._guard(torch, name)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.armed = False
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    def plugins(self) -> tuple[object, object]:
+        """(first, last): Avalanche plugins that arm the detector when a training iteration
+        starts and disarm it when it ends; put ``first`` before every other plugin and
+        ``last`` after them (the evaluator, which Avalanche runs after the plugins, stays
+        outside)."""
+        from pall_avalanche.core import UnlearningPlugin
+
+        detector = self
+
+        class Arm(UnlearningPlugin):
+            def before_training_iteration(self, strategy, **kwargs):
+                detector.armed = True
+
+        class Disarm(UnlearningPlugin):
+            def after_training_iteration(self, strategy, **kwargs):
+                detector.armed = False
+
+        return Arm(), Disarm()

@@ -66,6 +66,8 @@ def test_table1_parses_and_refuses_without_torch(tmp_path, args, code):
     *[(s, ["--help"], 0) for s in sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py"))],
     ("audit", ["--n-unlearn", "2"], 2),
     ("perf_masking", ["--tasks", "9"], 2),
+    ("perf_masking", ["--table", "--columns", "mnist"], 2),
+    ("perf_masking", ["--table", "--table-images", "0"], 2),
 ])
 def test_every_script_helps_and_refuses_without_torch(tmp_path, script, args, code):
     out = probe(ROOT / "benchmarks" / f"{script}.py", *args, cwd=tmp_path)

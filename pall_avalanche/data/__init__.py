@@ -19,7 +19,9 @@ from sklearn.model_selection import train_test_split
 from torchvision.transforms import v2
 
 from pall_avalanche.catalog import BENCHMARK_INFO, load
+from pall_avalanche.data.augment import CropFlip, ResizedCropFlip
 from pall_avalanche.data.cifar import load_cifar
+from pall_avalanche.data.device import BatchPipeline
 from pall_avalanche.data.tasks import (
     TaskSplit,
     class_order_for_seed,
@@ -36,6 +38,7 @@ __all__ = [
     "cifar100",
     "class_order_for_seed",
     "digits",
+    "image_benchmark",
     "task_incremental_benchmark_from_tensors",
     "tinyimagenet",
 ]
@@ -147,9 +150,42 @@ def check_benchmark(benchmark: Any, *, name: str, n_tasks: int | None = None,
         test_sizes=tuple(len(e.dataset) for e in test), train_per_task=train_per_task)
 
 
-def _image_transforms(stats, train_augment: list) -> tuple[v2.Compose, v2.Compose]:
+def _crop_flip() -> tuple[list, CropFlip]:
+    return [v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()], CropFlip(32, 4)
+
+
+def _resized_crop_flip() -> tuple[list, ResizedCropFlip]:
+    return ([v2.RandomResizedCrop(64, antialias=True), v2.RandomHorizontalFlip()],
+            ResizedCropFlip(64))
+
+
+#: name → (normalisation statistics, the training augmentation: per-sample transforms and the
+#: same as a batch operation) of the image benchmarks.
+IMAGE_AUGMENTATION = {
+    "cifar10": (CIFAR10_STATS, _crop_flip),
+    "cifar100": (CIFAR100_STATS, _crop_flip),
+    "tinyimagenet": (TINYIMAGENET_STATS, _resized_crop_flip),
+}
+
+
+def image_benchmark(name: str, train: tuple[torch.Tensor, torch.Tensor],
+                    test: tuple[torch.Tensor, torch.Tensor], *, seed: int, n_tasks: int,
+                    train_per_task: int | None = None) -> CLScenario:
+    """The task-incremental benchmark of ``uint8`` image tensors with the transforms of image
+    benchmark ``name`` (:data:`IMAGE_AUGMENTATION`): per-sample augmentation, normalisation
+    and, for the device path, the same augmentation as a batch operation
+    (:class:`~pall_avalanche.data.device.BatchPipeline`).
+
+    :param train: ``(x, y)``: ``(N, C, H, W)`` uint8 images and their labels.
+    :param test: the same for the test set.
+    """
+    stats, augmentation = IMAGE_AUGMENTATION[name]
+    per_sample, batched = augmentation()
     to_float = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(*stats)]
-    return v2.Compose([*train_augment, *to_float]), v2.Compose(to_float)
+    return task_incremental_benchmark_from_tensors(
+        name, train, test, n_tasks=n_tasks, seed=seed,
+        train_transform=v2.Compose([*per_sample, *to_float]), eval_transform=v2.Compose(to_float),
+        train_per_task=train_per_task, batch_pipeline=BatchPipeline(batched, *stats))
 
 
 def digits(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
@@ -170,37 +206,29 @@ def digits(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     )
 
 
-def _cifar(name: str, stats, *, seed, n_tasks, root, train_per_task, download) -> CLScenario:
+def _cifar(name: str, *, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     arrays = load_cifar(root, name, download=download)
-    train_tf, eval_tf = _image_transforms(
-        stats, [v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()]
-    )
-    return task_incremental_benchmark_from_tensors(
-        name, (arrays.train_x, arrays.train_y), (arrays.test_x, arrays.test_y),
-        n_tasks=n_tasks, seed=seed, train_transform=train_tf, eval_transform=eval_tf,
-        train_per_task=train_per_task,
-    )
+    return image_benchmark(name, (arrays.train_x, arrays.train_y),
+                           (arrays.test_x, arrays.test_y), seed=seed, n_tasks=n_tasks,
+                           train_per_task=train_per_task)
 
 
 def cifar10(**kwargs) -> CLScenario:
-    """S-CIFAR10: 5 tasks x 2 classes, RandomCrop(32, 4) + flip, CIFAR-10 normalisation."""
-    return _cifar("cifar10", CIFAR10_STATS, **kwargs)
+    """S-CIFAR10: 5 tasks x 2 classes, RandomCrop(32, 4) + flip, CIFAR-10 normalisation
+    (per sample, and as a batch on the training device: :mod:`pall_avalanche.data.device`)."""
+    return _cifar("cifar10", **kwargs)
 
 
 def cifar100(**kwargs) -> CLScenario:
     """S-CIFAR100: 10 tasks x 10 classes, RandomCrop(32, 4) + flip, CIFAR-100 normalisation."""
-    return _cifar("cifar100", CIFAR100_STATS, **kwargs)
+    return _cifar("cifar100", **kwargs)
 
 
 def tinyimagenet(*, seed, n_tasks, root, train_per_task, download) -> CLScenario:
     """S-TinyImageNet: 20 x 10 (or 40 x 5, 100 x 2), RandomResizedCrop(64) + flip; the test
-    split is the official validation split."""
+    split is the official validation split (augmented per sample, and as a batch on the
+    training device: :mod:`pall_avalanche.data.device`)."""
     arrays = load_tinyimagenet(root, download=download)
-    train_tf, eval_tf = _image_transforms(
-        TINYIMAGENET_STATS, [v2.RandomResizedCrop(64, antialias=True), v2.RandomHorizontalFlip()]
-    )
-    return task_incremental_benchmark_from_tensors(
-        "tinyimagenet", (arrays.train_x, arrays.train_y), (arrays.test_x, arrays.test_y),
-        n_tasks=n_tasks, seed=seed, train_transform=train_tf, eval_transform=eval_tf,
-        train_per_task=train_per_task,
-    )
+    return image_benchmark("tinyimagenet", (arrays.train_x, arrays.train_y),
+                           (arrays.test_x, arrays.test_y), seed=seed, n_tasks=n_tasks,
+                           train_per_task=train_per_task)

@@ -22,6 +22,8 @@ from avalanche.benchmarks.utils.flat_data import ConstantSequence
 from avalanche.benchmarks.utils.transform_groups import TransformGroups
 from torch.utils.data import TensorDataset
 
+from pall_avalanche.data.device import BatchPipeline, DeviceImages, device_images_of
+
 __all__ = ["TaskSplit", "class_order_for_seed", "half_members", "half_of_task",
            "task_incremental_benchmark_from_tensors"]
 
@@ -62,9 +64,10 @@ def class_order_for_seed(n_classes: int, seed: int) -> list[int]:
     return [int(c) for c in np.random.default_rng(seed).permutation(n_classes)]
 
 
-def _task_dataset(x: torch.Tensor, y: torch.Tensor, task: int,
-                  transforms: TransformGroups) -> TaskAwareSupervisedClassificationDataset:
-    return TaskAwareSupervisedClassificationDataset(
+def _task_dataset(x: torch.Tensor, y: torch.Tensor, task: int, transforms: TransformGroups,
+                  pipeline: BatchPipeline | None = None
+                  ) -> TaskAwareSupervisedClassificationDataset:
+    dataset = TaskAwareSupervisedClassificationDataset(
         [TensorDataset(x, y)],
         data_attributes=[
             DataAttribute(y.tolist(), "targets"),
@@ -72,6 +75,9 @@ def _task_dataset(x: torch.Tensor, y: torch.Tensor, task: int,
         ],
         transform_groups=transforms,
     )
+    if pipeline is not None:
+        dataset.device_images = DeviceImages(x, y, task, pipeline)
+    return dataset
 
 
 def _task_benchmark(train: list, test: list) -> CLScenario:
@@ -108,6 +114,7 @@ def task_incremental_benchmark_from_tensors(
     train_transform: Callable | None = None,
     eval_transform: Callable | None = None,
     train_per_task: int | None = None,
+    batch_pipeline: BatchPipeline | None = None,
 ) -> CLScenario:
     """Build a task-incremental benchmark with ``n_tasks`` tasks of equally many classes.
 
@@ -120,6 +127,10 @@ def task_incremental_benchmark_from_tensors(
     :param eval_transform: per-sample transform of evaluation inputs.
     :param train_per_task: keep only this many (class-balanced, random) training samples per
         task, for reduced CPU runs; ``None`` keeps all.
+    :param batch_pipeline: the training augmentation as a batch operation on the device
+        (``uint8`` training images; :mod:`pall_avalanche.data.device`): each training
+        dataset then carries its images as ``device_images`` and strategies train from them
+        batch by batch; ``None``: per-sample transforms only.
     :return: an Avalanche ``CLScenario`` with ``train_stream`` and ``test_stream`` (experience
         t = task t, task label t) and a ``split`` attribute (:class:`TaskSplit`).
     """
@@ -152,7 +163,8 @@ def task_incremental_benchmark_from_tensors(
             idx = torch.isin(y, classes).nonzero().flatten()
             if stream == "train" and train_per_task is not None:
                 idx = idx[_balanced_subsample(y[idx].numpy(), train_per_task, rng)]
-            streams[stream].append(_task_dataset(x[idx], remap[y[idx]], t, transforms))
+            streams[stream].append(_task_dataset(x[idx], remap[y[idx]], t, transforms,
+                                                 batch_pipeline if stream == "train" else None))
 
     benchmark = _task_benchmark(streams["train"], streams["test"])
     benchmark.split = TaskSplit(
@@ -205,6 +217,8 @@ def half_of_task(benchmark: CLScenario, task: int, seed: int) -> CLScenario:
     whole = train[task]
     members = half_members(np.asarray(list(whole.targets)), seed)
     train[task] = whole.subset(members.tolist())
+    if device_images_of(whole) is not None:
+        train[task].device_images = device_images_of(whole).subset(members.tolist())
     halved = _task_benchmark(train, test)
     sizes = list(benchmark.split.train_sizes)
     sizes[task] = len(members)

@@ -14,10 +14,12 @@ the masked network in :mod:`~pall_avalanche.masks.network`):
 - :class:`MaskSet` — a set of entries over those parameters, stored **bit-packed** (1 bit per
   entry); set algebra (``|``, ``&``, ``-``), counting, packing to and from bool tensors.
 - :func:`topk_mask` — the per-layer mask keeping a fraction α of the entries with the largest
-  |score| (threshold rank k = 1 + round((1−α)(n−1)), ties kept), via ``numpy.partition`` on CPU
-  and ``torch.kthvalue`` on GPU (O(n), no sort); :func:`restricted_topk_mask` — the ``keep``
-  eligible entries of largest |score|; :func:`subnetwork_mask` — the one rule (either of the
-  two) that both the training forward and the stored mask go through.
+  |score| (threshold rank k = 1 + round((1−α)(n−1)), ties kept), the threshold found by one of
+  :data:`THRESHOLD_METHODS` (the same masks bit for bit: ``numpy.partition`` on CPU,
+  ``torch.topk`` of the smaller side on a GPU by default, with no host synchronisation);
+  :func:`restricted_topk_mask` — the ``keep`` eligible entries of largest |score|;
+  :func:`subnetwork_mask` — the one rule (either of the two) that both the training forward
+  and the stored mask go through.
 - :func:`selection_slices` — the "layers" of that rule. A layer is a tensor, except a fused
   Q/K/V projection (the ``qkv`` ``Linear`` of a timm ``Attention``, weight rows
   ``[0:d] = W_Q``, ``[d:2d] = W_K``, ``[2d:3d] = W_V``, bias likewise): it is masked **per
@@ -39,6 +41,7 @@ from pall_avalanche.masks.network import SubnetworkNet
 from pall_avalanche.masks.selection import (
     HEAD,
     QKV_SLICES,
+    THRESHOLD_METHODS,
     by_slice,
     draw_initial,
     kth_smallest,
@@ -49,6 +52,7 @@ from pall_avalanche.masks.selection import (
     selection_slices,
     slice_counts,
     subnetwork_mask,
+    threshold_method,
     topk_mask,
     topk_threshold,
 )
@@ -56,6 +60,7 @@ from pall_avalanche.masks.selection import (
 __all__ = [
     "HEAD",
     "QKV_SLICES",
+    "THRESHOLD_METHODS",
     "MaskSet",
     "SubnetworkNet",
     "by_slice",
@@ -68,6 +73,7 @@ __all__ = [
     "selection_slices",
     "slice_counts",
     "subnetwork_mask",
+    "threshold_method",
     "topk_mask",
     "topk_threshold",
 ]

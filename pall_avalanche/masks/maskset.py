@@ -42,10 +42,13 @@ class MaskSet:
                             for n, s in shapes.items()})
 
     def to_bool(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The bool mask of tensor ``name`` (unpacked)."""
+        """The bool mask of tensor ``name``, unpacked on ``device`` (the bits of each byte
+        most significant first, as ``numpy.unpackbits``; nothing comes back to the host)."""
         shape = self.shapes[name]
-        bits = np.unpackbits(self.packed[name].numpy(), count=math.prod(shape))
-        return torch.from_numpy(bits).view(torch.bool).reshape(shape).to(device)
+        packed = self.packed[name].to(device)
+        shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
+        bits = (packed.unsqueeze(1) >> shifts) & 1
+        return bits.reshape(-1)[:math.prod(shape)].bool().reshape(shape)
 
     def bools(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         return {name: self.to_bool(name, device) for name in self.shapes}

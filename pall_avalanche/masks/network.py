@@ -15,6 +15,7 @@ from torch.func import functional_call
 from pall_avalanche.masks.maskset import MaskSet
 from pall_avalanche.masks.selection import (
     HEAD,
+    THRESHOLD_METHODS,
     draw_initial,
     maskable_parameters,
     running_statistics_layers,
@@ -31,13 +32,15 @@ __all__ = ["SubnetworkNet"]
 class _MaskedWeight(torch.autograd.Function):
     """``w ⊙ m(s)`` with the straight-through estimator; the mask is computed once in
     forward and saved as bool (no sort, no float mask), by :func:`subnetwork_mask` (per
-    slice; with ``eligible`` the ``keep`` eligible entries of largest |score|)."""
+    slice; with ``eligible`` the ``keep`` eligible entries of largest |score|; thresholds by
+    ``method``)."""
 
     @staticmethod
     def forward(ctx, weight: torch.Tensor, scores: torch.Tensor, alpha: float,
                 slices: int = 1, eligible: torch.Tensor | None = None,
-                keep: int | Sequence[int] | None = None) -> torch.Tensor:
-        mask = subnetwork_mask(scores, alpha, slices, eligible, keep)
+                keep: int | Sequence[int] | None = None, method: str = "auto"
+                ) -> torch.Tensor:
+        mask = subnetwork_mask(scores, alpha, slices, eligible, keep, method)
         ctx.save_for_backward(weight, scores, mask)
         return torch.where(mask, weight, 0.0)
 
@@ -45,7 +48,7 @@ class _MaskedWeight(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         weight, scores, mask = ctx.saved_tensors
         return (torch.where(mask, grad, 0.0), grad * weight * scores.sign(),
-                None, None, None, None)
+                None, None, None, None, None)
 
 
 
@@ -82,15 +85,21 @@ class SubnetworkNet(MultiTaskModule):
         shared multi-head output) or a :class:`~pall_avalanche.models.multitask.MultiHeadNet`
         (an Avalanche model with a ``MultiHeadClassifier``).
     :param alpha: per-layer connectivity of a task's subnetwork.
+    :param threshold: how the per-layer thresholds are found
+        (:data:`~pall_avalanche.masks.THRESHOLD_METHODS`; the same masks whichever, ``auto``:
+        ``numpy.partition`` on CPU, ``torch.topk`` on a GPU); also settable later, as
+        :attr:`threshold`.
     """
 
-    def __init__(self, net: TaskIncrementalNet | MultiHeadNet, alpha: float) -> None:
+    def __init__(self, net: TaskIncrementalNet | MultiHeadNet, alpha: float,
+                 threshold: str = "auto") -> None:
         super().__init__()
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha={alpha!r} must be in (0, 1] (the fraction of each "
                              "layer's entries a task subnetwork keeps)")
         self.net = task_network(net)
         self.alpha = alpha
+        self.threshold = threshold
         self.maskable = maskable_parameters(net)
         if not self.maskable:
             raise ValueError(f"model {type(net.model).__name__} has no Conv2d/Linear layer "
@@ -115,6 +124,19 @@ class SubnetworkNet(MultiTaskModule):
         self.statistics: dict[int, dict[str, torch.Tensor]] = {}
         #: The task whose statistics train-mode forward passes update (its learning request).
         self.statistics_task: int | None = None
+
+    @property
+    def threshold(self) -> str:
+        """How the learning task's per-layer thresholds are found
+        (:data:`~pall_avalanche.masks.THRESHOLD_METHODS`)."""
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, method: str) -> None:
+        if method not in THRESHOLD_METHODS:
+            raise ValueError(f"mask_threshold={method!r} is invalid; valid: "
+                             f"{THRESHOLD_METHODS}")
+        self._threshold = method
 
     # ------------------------------------------------------------------ parameters
     def weight(self, name: str) -> nn.Parameter:
@@ -184,10 +206,11 @@ class SubnetworkNet(MultiTaskModule):
 
     def selection(self, name: str) -> tuple:
         """The arguments after the scores of :func:`subnetwork_mask` for scored tensor
-        ``name`` of the learning task: (alpha, slices, eligible, keep)."""
+        ``name`` of the learning task: (alpha, slices, eligible, keep, method)."""
         if self.eligible is None:
-            return self.alpha, self.slices[name], None, None
-        return self.alpha, self.slices[name], self.eligible[name], self.keep[name]
+            return self.alpha, self.slices[name], None, None, self.threshold
+        return (self.alpha, self.slices[name], self.eligible[name], self.keep[name],
+                self.threshold)
 
     def stop_learning(self) -> None:
         """Discard the scores (and any restriction of the learning task's mask)."""

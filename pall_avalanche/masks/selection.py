@@ -12,12 +12,14 @@ import torch
 from timm.models.vision_transformer import Attention
 from torch import nn
 
+from pall_avalanche.config import THRESHOLD_METHODS
 from pall_avalanche.models.multihead import TaskIncrementalNet
 from pall_avalanche.models.multitask import MultiHeadNet
 
-__all__ = ["HEAD", "QKV_SLICES", "by_slice", "draw_initial", "kth_smallest", "mask_gradients_",
-           "maskable_parameters", "restricted_topk_mask", "running_statistics_layers",
-           "selection_slices", "slice_counts", "subnetwork_mask", "topk_mask", "topk_threshold"]
+__all__ = ["HEAD", "QKV_SLICES", "THRESHOLD_METHODS", "by_slice", "draw_initial", "kth_smallest",
+           "mask_gradients_", "maskable_parameters", "restricted_topk_mask",
+           "running_statistics_layers", "selection_slices", "slice_counts", "subnetwork_mask",
+           "threshold_method", "topk_mask", "topk_threshold"]
 
 #: Selection slices of a fused Q/K/V projection: W_Q, W_K and W_V.
 QKV_SLICES = 3
@@ -102,55 +104,101 @@ def draw_initial(module: nn.Module, name: str, like: torch.Tensor | None = None
     return out.uniform_(-bound, bound)
 
 
-def topk_threshold(abs_scores: torch.Tensor, alpha: float) -> torch.Tensor:
+#: How a per-layer threshold (a k-th smallest value) is found; every method gives the same
+#: value, so the same masks bit for bit, and differs only in speed:
+#:
+#: - ``partition``: ``numpy.partition`` (O(n) introselect; CPU tensors only);
+#: - ``topk``: ``torch.topk(sorted=False)`` of the smaller side (the k smallest or the
+#:   n − k + 1 largest), whose extreme is the threshold (a radix select on the device);
+#: - ``sort``: one ``torch.sort``;
+#: - ``kthvalue``: ``torch.kthvalue`` (one thread block per slice on CUDA);
+#: - ``auto``: ``partition`` on CPU, ``topk`` on any other device.
+#:
+#: Only ``partition`` hands values to the host; the others keep the step on the device.
+#: (:data:`THRESHOLD_METHODS`, defined with the configuration keys, which are torch-free.)
+
+
+def threshold_method(method: str, device: torch.device) -> str:
+    """The method :func:`kth_smallest` uses for ``method`` on ``device`` (``auto`` resolved).
+
+    :raises ValueError: an unknown method, or ``partition`` for a tensor not on the CPU.
+    """
+    if method not in THRESHOLD_METHODS:
+        raise ValueError(f"mask_threshold={method!r} is invalid; valid: {THRESHOLD_METHODS}")
+    if method == "auto":
+        return "partition" if device.type == "cpu" else "topk"
+    if method == "partition" and device.type != "cpu":
+        raise ValueError(f"mask_threshold='partition' needs CPU tensors, not {device.type} "
+                         "ones; use topk, sort or kthvalue")
+    return method
+
+
+def topk_threshold(abs_scores: torch.Tensor, alpha: float, method: str = "auto"
+                   ) -> torch.Tensor:
     """The per-layer threshold: the k-th smallest |score| with k = 1 + round((1−α)(n−1));
     entries with ``|s| >= threshold`` form the mask. A 0-d tensor on the scores' device."""
     n = abs_scores.numel()
-    return kth_smallest(abs_scores, 1 + round((1.0 - alpha) * (n - 1)))
+    return kth_smallest(abs_scores, 1 + round((1.0 - alpha) * (n - 1)), method)
 
 
-def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
-    """The k-th smallest entry (1-based) of a tensor, as a 0-d tensor on its device:
-    ``numpy.partition`` on CPU, ``torch.kthvalue`` on GPU (O(n), no sort)."""
+def kth_smallest(values: torch.Tensor, k: int, method: str = "auto") -> torch.Tensor:
+    """The k-th smallest entry (1-based) of a tensor, as a 0-d tensor on its device, found by
+    ``method`` (:data:`THRESHOLD_METHODS`; ``k`` is a Python int, so no method but
+    ``partition`` waits for the device)."""
     flat = values.detach().reshape(-1)
-    if flat.device.type == "cpu":
+    method = threshold_method(method, flat.device)
+    if method == "partition":
         return torch.tensor(np.partition(flat.numpy(), k - 1)[k - 1], dtype=flat.dtype)
-    return torch.kthvalue(flat, k).values
+    if method == "kthvalue":
+        return torch.kthvalue(flat, k).values
+    if method == "sort":
+        return torch.sort(flat).values[k - 1]
+    largest = flat.numel() - k + 1            # the k-th smallest is the largest-th largest
+    if k <= largest:
+        return torch.topk(flat, k, largest=False, sorted=False).values.max()
+    return torch.topk(flat, largest, largest=True, sorted=False).values.min()
 
 
-def topk_mask(scores: torch.Tensor, alpha: float, slices: int = 1) -> torch.Tensor:
+def topk_mask(scores: torch.Tensor, alpha: float, slices: int = 1, method: str = "auto"
+              ) -> torch.Tensor:
     """Bool mask of the entries of one tensor with the largest |score| at connectivity α,
-    per slice (:func:`by_slice`): k from each slice's own entry count."""
+    per slice (:func:`by_slice`): k from each slice's own entry count; the threshold found by
+    ``method`` (:data:`THRESHOLD_METHODS`)."""
     def select(_: int, row: torch.Tensor) -> torch.Tensor:
         abs_scores = row.detach().abs()
-        return abs_scores >= topk_threshold(abs_scores, alpha)
+        return abs_scores >= topk_threshold(abs_scores, alpha, method)
     return by_slice(slices, select, scores)
 
 
 def restricted_topk_mask(scores: torch.Tensor, eligible: torch.Tensor,
-                         keep: int | Sequence[int], slices: int = 1) -> torch.Tensor:
+                         keep: int | Sequence[int], slices: int = 1, method: str = "auto"
+                         ) -> torch.Tensor:
     """Bool mask of the ``keep`` entries of ``eligible`` with the largest |score| (ties at the
     threshold kept); entries outside ``eligible`` are never selected. With ``slices > 1``,
-    ``keep`` holds one count per slice and each slice is selected on its own."""
+    ``keep`` holds one count per slice and each slice is selected on its own. ``method``:
+    :data:`THRESHOLD_METHODS`."""
     counts = slice_counts(keep, slices)
 
     def select(i: int, row: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         if counts[i] <= 0:
             return torch.zeros_like(allowed)
         ranked = torch.where(allowed, row.detach().abs(), -1.0)
-        return allowed & (ranked >= kth_smallest(ranked, ranked.numel() - counts[i] + 1))
+        threshold = kth_smallest(ranked, ranked.numel() - counts[i] + 1, method)
+        return allowed & (ranked >= threshold)
     return by_slice(slices, select, scores, eligible)
 
 
 def subnetwork_mask(scores: torch.Tensor, alpha: float, slices: int = 1,
                     eligible: torch.Tensor | None = None,
-                    keep: int | Sequence[int] | None = None) -> torch.Tensor:
+                    keep: int | Sequence[int] | None = None, method: str = "auto"
+                    ) -> torch.Tensor:
     """The learning task's mask of one scored tensor: :func:`topk_mask` at α, or, with
-    ``eligible``, :func:`restricted_topk_mask` of ``keep`` (per slice either way). The one rule
-    both the training forward (:class:`_MaskedWeight`) and the stored mask go through."""
+    ``eligible``, :func:`restricted_topk_mask` of ``keep`` (per slice either way; thresholds
+    by ``method``). The one rule both the training forward (:class:`_MaskedWeight`) and the
+    stored mask go through."""
     if eligible is None:
-        return topk_mask(scores, alpha, slices)
-    return restricted_topk_mask(scores, eligible, keep, slices)
+        return topk_mask(scores, alpha, slices, method)
+    return restricted_topk_mask(scores, eligible, keep, slices, method)
 
 
 @torch.no_grad()

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 from pall_avalanche.config import CONFIG_DIR, load_config
-from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
+from pall_avalanche.data import image_benchmark
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
 from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
 
-__all__ = ["CLOCKS", "StepTimer", "measure_masking", "synthetic_cifar"]
+__all__ = ["CLOCKS", "IMAGE_SHAPES", "StepTimer", "measure_masking", "measure_pipeline",
+           "synthetic_images"]
 
 #: The configuration the two methods train with (S-CIFAR10's).
 CONFIG = CONFIG_DIR / "cifar10.yaml"
@@ -51,15 +52,54 @@ class StepTimer(UnlearningPlugin):
         return statistics.median(t for task in self.steps[clock] for t in task[warmup:])
 
 
-def synthetic_cifar(n_tasks: int, per_task: int, seed: int):
-    """Random CIFAR-shaped images (3×32×32), two classes per task."""
+#: The image benchmarks' input shape and number of classes (what synthetic data imitates).
+IMAGE_SHAPES = {"cifar10": ((3, 32, 32), 10), "cifar100": ((3, 32, 32), 100),
+                "tinyimagenet": ((3, 64, 64), 200)}
+
+
+def synthetic_images(name: str, n_tasks: int, per_task: int, seed: int):
+    """Random ``uint8`` images shaped like image benchmark ``name``'s, ``per_task`` training
+    images per task over its classes, through that benchmark's own transforms and batch
+    pipeline (:func:`~pall_avalanche.data.image_benchmark`): the real input path, without
+    the dataset files."""
+    shape, n_classes = IMAGE_SHAPES[name]
     generator = torch.Generator().manual_seed(seed)
     n = n_tasks * per_task
-    x = torch.randn(n, 3, 32, 32, generator=generator)
-    y = torch.arange(n) % (2 * n_tasks)
-    return task_incremental_benchmark_from_tensors(
-        "synthetic-cifar10", (x, y), (x[:2 * n_tasks], y[:2 * n_tasks]), n_tasks=n_tasks,
-        seed=seed)
+    x = torch.randint(0, 256, (n, *shape), generator=generator, dtype=torch.uint8)
+    y = torch.arange(n) % n_classes
+    return image_benchmark(name, (x, y), (x[:n_classes], y[:n_classes]), seed=seed,
+                           n_tasks=n_tasks)
+
+
+def measure_pipeline(*, per_task: int, batch_size: int, repeats: int, threads: int,
+                     device_name: str, seed: int) -> dict[str, float]:
+    """Training images per second of the two input pipelines on one synthetic S-CIFAR10 task
+    (``per_task`` images, batch ``batch_size``): the loader a strategy builds with
+    ``input_pipeline="per_sample"`` (Avalanche's ``DataLoader``, torchvision transforms per
+    sample, on the host) and with ``"batched"``
+    (:class:`~pall_avalanche.data.device.DeviceBatchLoader`, on the device), alternating,
+    ``repeats`` passes each; the median pass (process CPU time on CPU, synchronised wall time
+    on CUDA)."""
+    torch.set_num_threads(threads)
+    device = torch.device(device_name)
+    clock = CLOCKS["wall" if device.type == "cuda" else "cpu"]
+    benchmark = synthetic_images("cifar10", 5, per_task, seed)
+    config = {**load_config(CONFIG), "batch_size": batch_size, "model": "resnet18"}
+    net = build_model("resnet18", input_shape=(3, 32, 32), n_tasks=5, classes_per_task=2)
+    seconds: dict[str, list[float]] = {"per_sample": [], "batched": []}
+    for _ in range(repeats):
+        for pipeline in seconds:
+            strategy = build_strategy("sequential", model=net, device=device_name,
+                                      config={**config, "input_pipeline": pipeline})
+            strategy.experience = benchmark.train_stream[0]
+            strategy.adapted_dataset = strategy.experience.dataset.train()
+            strategy.make_train_dataloader()
+            strategy.synchronize()
+            start = clock()
+            images = sum(len(batch[0]) for batch in strategy.dataloader)
+            strategy.synchronize()
+            seconds[pipeline].append(clock() - start)
+    return {pipeline: images / statistics.median(times) for pipeline, times in seconds.items()}
 
 
 def measure_masking(*, batch_size: int, iterations: int, warmup: int, tasks: int, model: str,
@@ -73,7 +113,7 @@ def measure_masking(*, batch_size: int, iterations: int, warmup: int, tasks: int
     clock = "wall" if device.type == "cuda" else "cpu"
 
     config = {**load_config(CONFIG), "batch_size": batch_size, "epochs": 1, "model": model}
-    benchmark = synthetic_cifar(5, batch_size * iterations, seed)
+    benchmark = synthetic_images("cifar10", 5, batch_size * iterations, seed)
     timers, strategies = {}, {}
     for method in ("sequential", "pall"):
         torch.manual_seed(seed)

@@ -63,17 +63,20 @@ from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
+from pall_avalanche.data.device import DeviceBatchLoader, device_images_of
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.multitask import adapt_model
 from pall_avalanche.requests.streams import UnlearnExperience
 
-__all__ = ["AMP_MODES", "LR_SCHEDULES", "DivergedError", "UnlearningPlugin",
+__all__ = ["AMP_MODES", "INPUT_PIPELINES", "LR_SCHEDULES", "DivergedError", "UnlearningPlugin",
            "UnlearningTemplate"]
 
 LR_SCHEDULES = ("constant", "cosine")
 #: Mixed precision of the training forward passes: none, or bfloat16 autocast.
 AMP_MODES = (None, "bf16")
+#: Where learning requests' mini-batches are assembled (see the template's ``input_pipeline``).
+INPUT_PIPELINES = ("batched", "per_sample")
 
 
 def _and_finite(flag: torch.Tensor | None, loss: torch.Tensor) -> torch.Tensor:
@@ -100,6 +103,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
     :param channels_last: keep the model and 4-d inputs in channels-last memory layout (a
         speed option; results equal up to floating-point reduction order).
+    :param input_pipeline: ``"batched"`` (default): a learning experience whose dataset
+        carries its images on the device (``device_images``, the image benchmarks:
+        :mod:`pall_avalanche.data.device`) is trained from batches drawn and augmented there;
+        any other dataset through a ``DataLoader`` of its per-sample transforms, as
+        Avalanche does. ``"per_sample"``: always the ``DataLoader``.
     :param n_tasks: the number of tasks T, for an Avalanche model with a
         ``MultiHeadClassifier`` (``MTSimpleMLP``, ``as_multitask(model, "classifier")``, ...),
         which is wrapped in a :class:`~pall_avalanche.models.multitask.MultiHeadNet` with the
@@ -116,12 +124,17 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
                  amp: str | None = None, channels_last: bool = False,
-                 n_tasks: int | None = None, **kwargs) -> None:
+                 input_pipeline: str = "batched", n_tasks: int | None = None,
+                 **kwargs) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule={lr_schedule!r} is invalid; valid: {LR_SCHEDULES}")
         if amp not in AMP_MODES:
             raise ValueError(f"amp={amp!r} is invalid; valid: {AMP_MODES}")
+        if input_pipeline not in INPUT_PIPELINES:
+            raise ValueError(f"input_pipeline={input_pipeline!r} is invalid; valid: "
+                             f"{INPUT_PIPELINES}")
         self.amp = amp
+        self.input_pipeline = input_pipeline
         self.channels_last = bool(channels_last)
         plugins = list(kwargs.pop("plugins", None) or [])
         #: the cosine preset's plugin (torch's cosine annealing through Avalanche's plugin,
@@ -198,6 +211,22 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
                             enabled=self.amp == "bf16"):
             out = avalanche_forward(self.model, x, task)
         return out.float()
+
+    def make_train_dataloader(self, num_workers=0, shuffle=True, pin_memory=None,
+                              persistent_workers=False, drop_last=False, **kwargs) -> None:
+        """Avalanche's training ``DataLoader``, or, with ``input_pipeline="batched"`` and a
+        dataset that carries ``device_images``, a
+        :class:`~pall_avalanche.data.device.DeviceBatchLoader` on the strategy's device (the
+        worker and pinning arguments do not apply to it)."""
+        source = device_images_of(self.adapted_dataset)
+        if self.input_pipeline == "per_sample" or source is None:
+            super().make_train_dataloader(num_workers=num_workers, shuffle=shuffle,
+                                          pin_memory=pin_memory,
+                                          persistent_workers=persistent_workers,
+                                          drop_last=drop_last, **kwargs)
+            return
+        self.dataloader = DeviceBatchLoader(source, self.train_mb_size, self.device,
+                                            shuffle=shuffle, drop_last=drop_last)
 
     def _unpack_minibatch(self) -> None:
         super()._unpack_minibatch()

@@ -21,6 +21,7 @@ from torch import nn
 from pall_avalanche.catalog import METHOD_INFO, MethodInfo, load, register_method
 from pall_avalanche.config import method_keys
 from pall_avalanche.strategies.base import UnlearningTemplate
+from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 
 __all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
 
@@ -97,6 +98,10 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
     missing = [k for k in spec.params if k not in config]
     if missing:
         raise ValueError(f"the configuration lacks {missing}, needed by method {name!r}")
+    # a speed option of the subnetwork methods (the same masks whichever way)
+    threshold = ({"mask_threshold": config["mask_threshold"]}
+                 if config.get("mask_threshold") is not None
+                 and issubclass(spec.strategy, SubnetworkStrategy) else {})
     if evaluator is None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="No loggers specified")
@@ -110,10 +115,12 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
         lr_schedule=config["lr_schedule"],
         amp=config.get("amp"),
         channels_last=config.get("channels_last", False),
+        input_pipeline=config.get("input_pipeline") or "batched",
         device=device,
         plugins=list(plugins),
         evaluator=evaluator,
         **{k: config[k] for k in spec.params},
         **{k: config[k] for k in spec.optional if k in config},
         **{k: config.get(k, spec.config[k]) for k in method_keys(name)},
+        **threshold,
     )

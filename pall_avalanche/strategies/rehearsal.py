@@ -73,6 +73,9 @@ class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
     same tensors, filled after ``memory`` filled B^t), the reference gradients iterate the
     stored tasks, and ``after_unlearning`` drops t. The projection is upstream's, with the
     |Ω|×d products computed on the parameters' device (only the |Ω|×|Ω| QP goes to quadprog).
+    It is the one step of any method that waits for the device: GEM decides on the host
+    whether a constraint is violated and solves the QP there, as upstream and the paper's
+    reference do (an on-device solver would change GEM's numbers).
 
     :param memory: the buffers (must come before this plugin in the plugin list).
     :param memory_strength: γ, the margin added to the projection constraints (0.5).
@@ -105,7 +108,7 @@ class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
         rows = []
         for task in sorted(self.memory_x):
             strategy.optimizer.zero_grad()
-            out = avalanche_forward(strategy.model, self.memory_x[task], self.memory_tid[task])
+            out = avalanche_forward(strategy.model, self.memory_x[task], task)
             strategy._criterion(out, self.memory_y[task]).backward()
             rows.append(torch.cat([
                 p.grad.flatten() if p.grad is not None

@@ -156,6 +156,9 @@ class SubnetworkStrategy(UnlearningTemplate):
         (with ``n_tasks``) or an already wrapped :class:`~pall_avalanche.masks.SubnetworkNet`.
     :param optimizer: its class and hyper-parameters are used for every request (SGD or Adam).
     :param alpha: per-layer connectivity of score-selected masks (default 1: no scores).
+    :param mask_threshold: how the per-layer thresholds of the masks are found, one of
+        :data:`~pall_avalanche.masks.THRESHOLD_METHODS` (a speed option: the masks are the
+        same bit for bit); ``None`` keeps the network's (``auto`` unless set on it).
     :param plugins: further plugins; they run after the method's own (freezing first).
     """
 
@@ -164,10 +167,13 @@ class SubnetworkStrategy(UnlearningTemplate):
     learns_scores: bool = True
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 alpha: float = 1.0, plugins=None, **kwargs) -> None:
+                 alpha: float = 1.0, mask_threshold: str | None = None, plugins=None,
+                 **kwargs) -> None:
         self.freezing = MaskFreezingPlugin(float(optimizer.defaults.get("weight_decay", 0.0)),
                                            frozen=lambda strategy: strategy.frozen_entries())
         net = as_subnetwork_net(model, alpha, kwargs.get("n_tasks"))
+        if mask_threshold is not None:
+            net.threshold = mask_threshold
         _check_every_parameter_is_trained(net)
         super().__init__(model=net, optimizer=optimizer,
                          plugins=[self.freezing, *(plugins or [])], **kwargs)

@@ -298,7 +298,7 @@ def test_class_stratified_indices_spread_draws_over_classes():
                         (10, [[4, 3, 3], [3, 4, 3]]), (20, [[6, 6, 3]])]:
         seen = set()
         for _ in range(30):
-            index = class_stratified_indices(labels, n)
+            index = class_stratified_indices(labels, n, 3)
             assert len(index) == min(n, len(labels)) == len(set(index.tolist()))
             counts = torch.bincount(labels[index], minlength=3).tolist()
             assert counts in expected, (n, counts)
