@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from pall_avalanche.catalog import ABLATION_METHODS, BENCHMARK_INFO, METHOD_INFO, TABLE1_METHODS
 from pall_avalanche.config import (
+    INPUT_PIPELINES,
     THRESHOLD_METHODS,
     apply_overrides,
     check_config,
@@ -69,6 +70,7 @@ FLAG_KEYS = {
     "channels_last": "channels_last",
     "mask_threshold": "mask_threshold",
     "input_pipeline": "input_pipeline",
+    "compile": "compile",
 }
 
 
@@ -118,7 +120,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "same masks every way, only the speed differs (default auto: "
                              "numpy.partition on CPU, torch.topk on a GPU; compare them with "
                              "pall-perf-masking --device cuda --table)")
-    parser.add_argument("--input-pipeline", choices=["batched", "per_sample"],
+    parser.add_argument("--compile", action="store_const", const=True,
+                        help="torch.compile the backbone (a GPU speed option; the masked "
+                             "forward compiles; recorded as compile)")
+    parser.add_argument("--input-pipeline", choices=INPUT_PIPELINES,
                         help="where training mini-batches are assembled: batched, one uint8 "
                              "tensor per task on the training device, augmented as a batch "
                              "(the default where the benchmark offers it: CIFAR, Tiny "

@@ -36,6 +36,7 @@ CONFIG_DIR = Path(str(files("pall_avalanche") / "configs"))
 __all__ = [
     "CONFIG_DIR",
     "CONFIG_KEYS",
+    "INPUT_PIPELINES",
     "REQUIRED_KEYS",
     "THRESHOLD_METHODS",
     "KeySpec",
@@ -108,6 +109,8 @@ def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = Fals
 #: How subnetwork methods may find a layer's mask threshold (the same masks every way; the
 #: methods are described where they run, in :mod:`pall_avalanche.masks.selection`).
 THRESHOLD_METHODS = ("auto", "partition", "topk", "sort", "kthvalue")
+#: Where training mini-batches are assembled (``UnlearningTemplate``'s ``input_pipeline``).
+INPUT_PIPELINES = ("batched", "per_sample")
 
 
 #: Every configuration key (see :data:`CONFIG_DIR`), with its type, range and meaning.
@@ -134,7 +137,8 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "amp": _spec(str, _choice("bf16"), "mixed precision of the training forward passes",
                  nullable=True),
     "channels_last": _spec(bool, None, "channels-last memory layout"),
-    "input_pipeline": _spec(str, _choice("batched", "per_sample"), "where training "
+    "compile": _spec(bool, None, "torch.compile of the backbone (a speed option)"),
+    "input_pipeline": _spec(str, _choice(*INPUT_PIPELINES), "where training "
                             "mini-batches are assembled: batched on the device where the "
                             "benchmark offers it, or per sample on the host", nullable=True),
     "mask_threshold": _spec(str, _choice(*THRESHOLD_METHODS),

@@ -22,6 +22,7 @@ from avalanche.models import MultiHeadClassifier
 from torch.nn import functional as F
 
 from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.models import backbones
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
@@ -167,8 +168,7 @@ def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch:
     features, captured by a hook: the output of the module named ``backbone``, else the input
     of a ``MultiHeadClassifier``; the logits themselves when the network has neither."""
     captured: list[torch.Tensor] = []
-    backbone = next((m for name, m in net.named_modules()
-                     if name == "backbone" or name.endswith(".backbone")), None)
+    backbone = next(iter(backbones(net)), None)
     classifier = next((m for m in net.modules() if isinstance(m, MultiHeadClassifier)), None)
     if backbone is not None:
         handle = backbone.register_forward_hook(lambda _m, _i, out: captured.append(out))

@@ -47,8 +47,8 @@ class MaskSet:
         shape = self.shapes[name]
         packed = self.packed[name].to(device)
         shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
-        bits = (packed.unsqueeze(1) >> shifts) & 1
-        return bits.reshape(-1)[:math.prod(shape)].bool().reshape(shape)
+        bits = packed.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and_(1)
+        return bits.view(torch.bool).reshape(-1)[:math.prod(shape)].reshape(shape)
 
     def bools(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         return {name: self.to_bool(name, device) for name in self.shapes}

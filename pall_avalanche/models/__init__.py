@@ -11,7 +11,14 @@ from torch import nn
 from pall_avalanche.catalog import MODEL_INFO, load
 from pall_avalanche.models.multihead import TaskIncrementalNet
 
-__all__ = ["TaskIncrementalNet", "build_model", "count_parameters"]
+__all__ = ["TaskIncrementalNet", "backbones", "build_model", "count_parameters"]
+
+
+def backbones(model: nn.Module) -> list[nn.Module]:
+    """The modules named ``backbone`` inside ``model``, itself included (a task-incremental
+    network's feature extractor; an Independent model has one per task)."""
+    return [module for name, module in model.named_modules()
+            if name == "backbone" or name.endswith(".backbone")]
 
 
 def build_model(name: str, *, input_shape: tuple[int, ...], n_tasks: int,

@@ -25,7 +25,13 @@ from pall_avalanche.config import (
     resolve_method_config,
 )
 from pall_avalanche.core import UnlearningPlugin
-from pall_avalanche.masks import maskable_parameters, selection_slices, threshold_method, topk_mask
+from pall_avalanche.masks import (
+    HEAD,
+    maskable_parameters,
+    selection_slices,
+    threshold_method,
+    topk_mask,
+)
 from pall_avalanche.models import build_model
 from pall_avalanche.paper.masking_cost import IMAGE_SHAPES, synthetic_images
 from pall_avalanche.requests.streams import UnlearnExperience
@@ -101,7 +107,7 @@ def selection_milliseconds(column: Column, device: torch.device, *, repeats: int
     generator = torch.Generator().manual_seed(seed)
     layers = [(torch.randn(module.get_parameter(name.rsplit(".", 1)[-1]).shape,
                            generator=generator).to(device), slices[name])
-              for name, module in maskable_parameters(net).items() if name != "head.weight"]
+              for name, module in maskable_parameters(net).items() if name != HEAD]
     out = {}
     for method in device_thresholds(device):
         times = []
@@ -116,8 +122,8 @@ def selection_milliseconds(column: Column, device: torch.device, *, repeats: int
     return out
 
 
-def _strategy(method: str, config: dict, benchmark, device: torch.device,
-              timer: EpochTimer, threshold: str | None = None):
+def _strategy(method: str, config: dict, device: torch.device, timer: EpochTimer,
+              threshold: str | None = None):
     shape, n_classes = IMAGE_SHAPES[config["benchmark"]]
     torch.manual_seed(0)
     net = build_model(config["model"], input_shape=shape, n_tasks=config["n_tasks"],
@@ -130,7 +136,8 @@ def _strategy(method: str, config: dict, benchmark, device: torch.device,
 
 
 def measure_column(column: Column, device: torch.device, *, images_per_task: int | None = None,
-                   retrain_iters: int | None = None, seed: int = 0) -> dict[str, Any]:
+                   retrain_iters: int | None = None, compile: bool = False, seed: int = 0
+                   ) -> dict[str, Any]:
     """Table A7's figures of one column on ``device``: seconds per epoch of the second
     learning request (task 1, after task 0) of Sequential, WSN and PALL (``auto``
     thresholds), of PALL with every other threshold method, and seconds of PALL's unlearning
@@ -138,8 +145,10 @@ def measure_column(column: Column, device: torch.device, *, images_per_task: int
 
     :param images_per_task: training images per task (default: the column's full task).
     :param retrain_iters: N_f (default: the configuration's, 50).
+    :param compile: every strategy with ``compile=True`` (the compilation is paid by the
+        first, untimed learning request).
     """
-    config = {**column.config(), "epochs": 1}
+    config = {**column.config(), "epochs": 1, "compile": compile}
     if retrain_iters is not None:
         config["n_retrain_iters"] = retrain_iters
     per_task = images_per_task or column.images_per_task
@@ -152,7 +161,7 @@ def measure_column(column: Column, device: torch.device, *, images_per_task: int
              if t != threshold_method("auto", device)]
     for method, threshold in runs:
         timer = EpochTimer()
-        strategy = _strategy(method, config, benchmark, device, timer, threshold)
+        strategy = _strategy(method, config, device, timer, threshold)
         strategy.train(first)
         strategy.train(second)
         epoch[method if threshold is None else f"pall ({threshold})"] = timer.epochs[-1]

@@ -71,6 +71,8 @@ def main(argv=None) -> str:
                             "scaled to the full task")
     table.add_argument("--retrain-iters", type=int,
                        help="N_f of the timed unlearning request (default: 50, the paper's)")
+    table.add_argument("--compile", action="store_true",
+                       help="torch.compile every timed strategy's backbone")
     table.add_argument("--repeats", type=int, default=20,
                        help="timings of the mask selection per threshold method (default: 20)")
     args = parser.parse_args(argv)

@@ -78,7 +78,24 @@ def run_default(args: argparse.Namespace) -> str:
              "benchmark, not an accuracy run")
     lines = _provenance(args, "Masking and input cost — PALL vs Sequential, per-sample vs "
                               "batched input (CIFAR shape)", scale)
-    lines += ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), ""]
+    lines += ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), "",
+              "Both strategies train the same unshuffled batches, alternating task by task in "
+              "one process; a step is one Avalanche training iteration (forward, loss, "
+              "backward, PALL's gradient masking, optimizer step on weights and scores), its "
+              "input already made. PALL's extra cost per step: the per-layer thresholds, the "
+              "fused straight-through estimator in forward and backward, the frozen-entry "
+              "gradient mask and the optimizer step on the scores. Each retraining iteration "
+              "of the unlearning request passes two mini-batches (cross-entropy and "
+              "logit-MSE), so N_f iterations cost about 2·N_f training steps.", "",
+              "The input pipelines make the same augmentation of the same task: per sample, "
+              "a DataLoader in the training process (num_workers=0) applies torchvision's "
+              "transforms image by image; batched, the task's uint8 images are one tensor on "
+              "the training device (here the CPU) and every batch is cropped, flipped and "
+              "normalised as one tensor operation.", "",
+              "The paper's implementation makes PALL about 10× slower per epoch than plain "
+              "training on an A40 (Table A7: 33.1 vs 3.23 s, ResNet-18). No GPU figure is "
+              "committed: `python benchmarks/perf_masking.py --device cuda --table` measures "
+              "that table on a GPU.", ""]
     markdown = "\n".join(lines)
     print(markdown)
     if args.report_dir is not None:
@@ -103,7 +120,7 @@ def run_table(args: argparse.Namespace) -> str:
         print(f"measuring {column.label} ...", file=sys.stderr)
         timings[column.benchmark] = measure_column(
             column, device, images_per_task=args.table_images,
-            retrain_iters=args.retrain_iters, seed=args.seed)
+            retrain_iters=args.retrain_iters, compile=args.compile, seed=args.seed)
         selection[column.benchmark] = selection_milliseconds(column, device,
                                                              repeats=args.repeats,
                                                              seed=args.seed)
@@ -112,7 +129,8 @@ def run_table(args: argparse.Namespace) -> str:
     reduced = args.table_images is not None
     scale = ("one epoch per column of every timed method (the second learning request), "
              + (f"{args.table_images} synthetic images per task, seconds scaled to the full "
-                "task (a reduced run)" if reduced else "the full task of synthetic images"))
+                "task (a reduced run)" if reduced else "the full task of synthetic images")
+             + (", backbones compiled (torch.compile)" if args.compile else ""))
     lines = _provenance(args, f"Table A7 on {device_info(device)['name']}", scale)
     lines += table_lines(columns, timings, selection, configs)
     markdown = "\n".join(lines)

@@ -62,10 +62,11 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.config import INPUT_PIPELINES
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.data.device import DeviceBatchLoader, device_images_of
 from pall_avalanche.masks import mask_gradients_
-from pall_avalanche.models import count_parameters
+from pall_avalanche.models import backbones, count_parameters
 from pall_avalanche.models.multitask import adapt_model
 from pall_avalanche.requests.streams import UnlearnExperience
 
@@ -75,8 +76,6 @@ __all__ = ["AMP_MODES", "INPUT_PIPELINES", "LR_SCHEDULES", "DivergedError", "Unl
 LR_SCHEDULES = ("constant", "cosine")
 #: Mixed precision of the training forward passes: none, or bfloat16 autocast.
 AMP_MODES = (None, "bf16")
-#: Where learning requests' mini-batches are assembled (see the template's ``input_pipeline``).
-INPUT_PIPELINES = ("batched", "per_sample")
 
 
 def _and_finite(flag: torch.Tensor | None, loss: torch.Tensor) -> torch.Tensor:
@@ -103,6 +102,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
     :param channels_last: keep the model and 4-d inputs in channels-last memory layout (a
         speed option; results equal up to floating-point reduction order).
+    :param compile: ``torch.compile`` every module named ``backbone`` (the built-in
+        networks' feature extractor, also inside a masked or per-task network) in place, once,
+        with torch's default backend (a speed option for GPUs: results equal eager ones up to
+        floating-point reduction order; the first steps pay the compilation). The head,
+        masks and task routing stay eager. A model without such a module is refused.
     :param input_pipeline: ``"batched"`` (default): a learning experience whose dataset
         carries its images on the device (``device_images``, the image benchmarks:
         :mod:`pall_avalanche.data.device`) is trained from batches drawn and augmented there;
@@ -124,8 +128,8 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
                  amp: str | None = None, channels_last: bool = False,
-                 input_pipeline: str = "batched", n_tasks: int | None = None,
-                 **kwargs) -> None:
+                 input_pipeline: str = "batched", compile: bool = False,
+                 n_tasks: int | None = None, **kwargs) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule={lr_schedule!r} is invalid; valid: {LR_SCHEDULES}")
         if amp not in AMP_MODES:
@@ -148,6 +152,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         super().__init__(model=adapt_model(model, n_tasks), optimizer=optimizer,
                          criterion=nn.CrossEntropyLoss() if criterion is None else criterion,
                          plugins=plugins, **kwargs)
+        self.compile_backbone = bool(compile)
+        if self.compile_backbone and not backbones(self.model):
+            raise ValueError(f"compile=True: model {type(self.model).__name__} has no module "
+                             "named 'backbone' to compile (the built-in networks have one); "
+                             "compile your model's feature layers yourself instead")
         self._optimizer_class = type(optimizer)
         self._optimizer_defaults = dict(optimizer.defaults)
         self.active_tasks: list[int] = []
@@ -421,11 +430,15 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
             optimizer.add_param_group({**current, **group})
 
     def check_model_and_optimizer(self, **kwargs) -> None:
-        """Adapt the model to the experience (in channels-last layout if asked), then build the
-        request's fresh optimizer."""
+        """Adapt the model to the experience (in channels-last layout and with its backbone
+        compiled if asked), then build the request's fresh optimizer."""
         self.model = self.model_adaptation()
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
+        if self.compile_backbone:
+            for module in backbones(self.model):
+                if getattr(module, "_compiled_call_impl", None) is None:   # not yet compiled
+                    module.compile()
         self.make_optimizer()
 
     # --------------------------------------------------------------- checkpoints
