@@ -67,13 +67,17 @@ class DeviceImages:
         return len(self.targets)
 
     def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(images, targets) on ``device``, moved there once and kept (one task at a time:
-        moving to another device drops the previous copy)."""
+        """(images, targets) on ``device``, moved there once and kept until
+        :meth:`release` (or a move to another device, which drops the previous copy)."""
         key = str(device)
         if key not in self._on:
             self._on.clear()
             self._on[key] = (self.images.to(device), self.targets.to(device))
         return self._on[key]
+
+    def release(self) -> None:
+        """Drop the device copy (the task is learned; :meth:`on` moves it again if needed)."""
+        self._on.clear()
 
     def subset(self, indices: Sequence[int]) -> DeviceImages:
         """The images at ``indices`` (as Avalanche's ``subset`` of the task's dataset)."""

@@ -326,6 +326,9 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
 
     def _after_training_exp(self, **kwargs) -> None:
         self.active_tasks.append(self.experience.task_label)
+        source = device_images_of(self.adapted_dataset)
+        if source is not None:                  # the task's images leave the device
+            source.release()
         super()._after_training_exp(**kwargs)
 
     def _before_training_epoch(self, **kwargs) -> None:

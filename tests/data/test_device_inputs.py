@@ -142,6 +142,8 @@ def test_strategies_train_from_device_batches_and_keep_the_per_sample_path(tmp_p
     strategy = build_strategy(method, model=net, config=config, plugins=[seen])
     strategy.train([bm.train_stream[0], bm.train_stream[1]])
     assert seen.loaders == [DeviceBatchLoader] * 2
+    # each task's images left the training device once it was learned
+    assert all(not device_images_of(exp.dataset)._on for exp in bm.train_stream[:2])
     assert seen.inputs == {(torch.float32, (3, 32, 32))}
     if method != "sequential":                           # buffers from the per-sample path
         x, y, _ = strategy.memory.buffers[0]
