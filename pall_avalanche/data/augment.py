@@ -19,16 +19,17 @@ from torchvision.transforms.v2 import functional as TF
 __all__ = ["CropFlip", "ResizedCropFlip", "normalize", "resized_crop"]
 
 
-def normalize(images: torch.Tensor, mean, std) -> torch.Tensor:
-    """``uint8`` images → float32 in [0, 1] → ``(x − mean) / std`` per channel, with the
-    kernels of the per-sample ``ToDtype(float32, scale=True)`` and ``Normalize(mean, std)``
-    (so the same values bit for bit).
+def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``uint8`` images → float32 in [0, 1] → ``(x − mean) / std`` per channel: the arithmetic
+    of the per-sample ``ToDtype(float32, scale=True)`` and ``Normalize(mean, std)`` (so the
+    same values bit for bit), with the statistics already on the images' device (torchvision's
+    ``normalize`` copies them there on every call, which waits for a GPU).
 
     :param images: ``(..., C, H, W)`` uint8.
-    :param mean: per-channel means.
-    :param std: per-channel standard deviations.
+    :param mean: float32 per-channel means, shaped ``(C, 1, 1)``, on the images' device.
+    :param std: float32 per-channel standard deviations, likewise.
     """
-    return TF.normalize(TF.to_dtype(images, torch.float32, scale=True), list(mean), list(std))
+    return TF.to_dtype(images, torch.float32, scale=True).sub_(mean).div_(std)
 
 
 def _flips(n: int, generator: torch.Generator, device) -> torch.Tensor:

@@ -39,11 +39,23 @@ class BatchPipeline:
     augment: CropFlip | ResizedCropFlip
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    #: device → (mean, std) as ``(C, 1, 1)`` float32 tensors there, made once.
+    _statistics: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def statistics(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) on ``device``, copied there once (not per batch: a copy from the host
+        waits for a GPU)."""
+        key = str(device)
+        if key not in self._statistics:
+            self._statistics[key] = tuple(
+                torch.tensor(values, dtype=torch.float32, device=device).view(-1, 1, 1)
+                for values in (self.mean, self.std))
+        return self._statistics[key]
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Augmented, normalised float32 inputs of a ``uint8`` batch (random draws from
         ``generator``, which lives on the images' device)."""
-        return normalize(self.augment(images, generator), self.mean, self.std)
+        return normalize(self.augment(images, generator), *self.statistics(images.device))
 
 
 @dataclass
@@ -94,11 +106,11 @@ class DeviceBatchLoader:
     """Mini-batches ``[x, y, t]`` of a :class:`DeviceImages`, drawn and augmented on
     ``device``: what Avalanche's training loop iterates in place of a ``DataLoader``.
 
-    Every pass (epoch) draws one seed from torch's default CPU generator, as a ``DataLoader``
-    does, and seeds a generator on the device with it; the order (a permutation when
-    ``shuffle``) and every augmentation come from that generator, so a seeded run repeats
-    and an evaluation in between (which restores the default generator) changes nothing. No
-    step hands a value to the host.
+    Every pass (epoch) draws one seed from torch's default CPU generator (where a
+    ``DataLoader`` draws its seeds too) and seeds a generator on the device with it; the
+    order (a permutation when ``shuffle``) and every augmentation come from that generator,
+    so a seeded run repeats and an evaluation in between (which restores the default
+    generator) changes nothing. No step hands a value to the host.
 
     :param source: the task's images.
     :param batch_size: the mini-batch size (the last batch is smaller unless ``drop_last``).
@@ -127,6 +139,7 @@ class DeviceBatchLoader:
         seed = int(torch.empty((), dtype=torch.int64).random_())      # a CPU tensor
         generator = torch.Generator(self.device).manual_seed(seed)
         images, targets = self.source.on(self.device)
+        self.source.pipeline.statistics(self.device)              # copied before the steps
         n = len(targets)
         order = (torch.randperm(n, generator=generator, device=self.device) if self.shuffle
                  else torch.arange(n, device=self.device))

@@ -11,7 +11,8 @@ from torch import nn
 from pall_avalanche.catalog import MODEL_INFO, load
 from pall_avalanche.models.multihead import TaskIncrementalNet
 
-__all__ = ["TaskIncrementalNet", "backbones", "build_model", "count_parameters"]
+__all__ = ["TaskIncrementalNet", "backbones", "build_model", "compile_backbones",
+           "count_parameters"]
 
 
 def backbones(model: nn.Module) -> list[nn.Module]:
@@ -19,6 +20,18 @@ def backbones(model: nn.Module) -> list[nn.Module]:
     network's feature extractor; an Independent model has one per task)."""
     return [module for name, module in model.named_modules()
             if name == "backbone" or name.endswith(".backbone")]
+
+
+def compile_backbones(model: nn.Module) -> None:
+    """``torch.compile`` every backbone of ``model`` in place (``nn.Module.compile``: names,
+    state dicts and hooks unchanged), once. A task-aware backbone (ViT's per-task tokens)
+    picks by the task label, which a compiled graph would guard on (one recompilation per
+    task, eager after torch's limit): the modules it calls are compiled instead."""
+    for backbone in backbones(model):
+        for module in (backbone.children() if getattr(backbone, "task_aware", False)
+                       else [backbone]):
+            if getattr(module, "_compiled_call_impl", None) is None:    # not yet compiled
+                module.compile()
 
 
 def build_model(name: str, *, input_shape: tuple[int, ...], n_tasks: int,

@@ -10,8 +10,12 @@ seconds, s_m the method's measured seconds per training image (one epoch over a 
 its images) and u_m its seconds per unlearning request. Sequential, WSN and PALL are measured;
 every other method takes Sequential's s (PALL's u) times its ratio to it in the paper's own
 Table A7 (same column), so the estimate inherits the paper's relative costs for the methods this
-project has not timed. PALL's u scales with N_f (its retraining iterations); ER (Retraining)'s
-unlearning retrains ``retrain_epochs`` epochs over the buffer. Evaluation is not counted.
+project has not timed. PALL's u scales with N_f (its retraining iterations; the request's
+fixed part, the re-draw, scales with it too); ER (Retraining)'s unlearning retrains
+``retrain_epochs`` epochs over the buffer. u is measured with one remaining task: a retraining
+iteration replays ``batch_size`` samples split over the remaining tasks, one forward pass per
+task, so on a GPU more remaining tasks mean more, smaller passes and the unlearning share is a
+lower bound. Evaluation is not counted.
 """
 
 from __future__ import annotations
@@ -41,10 +45,9 @@ PAPER_A7: dict[str, dict[str, tuple[float, float]]] = {
 
 #: Methods the paper does not time, costed as a timed one (learning, unlearning).
 _LIKE = {"er_retrain": ("er", None), "static_sparse": ("wsn", None),
-         "dynamic_sparse": ("wsn", None), "pall_beta0": ("pall", "pall"),
-         "pall_strict": ("pall", "pall")}
+         "dynamic_sparse": ("wsn", None)}
 
-#: Training images of each benchmark (every task once) and buffer sizes for ER (Retraining).
+#: Training images of each benchmark (every task once).
 TRAIN_IMAGES = {"cifar10": 50_000, "cifar100": 50_000, "tinyimagenet": 100_000}
 
 

@@ -7,17 +7,18 @@ batched input, side by side; with --table, the paper's Table A7 on this machine.
 
 Default mode. Both strategies are built from the S-CIFAR10 configuration (ResNet-18, SGD with
 momentum and weight decay) and train on the same synthetic CIFAR-shaped tasks (uint8 images
-through the benchmark's real input path), unshuffled, so every step of one sees exactly the
-batches of the other; they alternate task by task in one process so drift of the machine hits
-both alike. A step is one training iteration as Avalanche runs it (forward, loss, backward,
-PALL's gradient masking, optimizer step), timed by a plugin with device synchronisation; the
-first ``--warmup`` steps of every task are discarded. On CPU the ratio uses process CPU time
-with one torch thread by default, which other processes on a shared machine barely disturb
-(wall time is printed beside it); on CUDA it uses synchronised wall time. Printed: the median
-step times, their ratio, the time of one PALL unlearning request (re-draw + N_f retraining
-iterations), the mask storage per task, and the training images per second of the two input
-pipelines (Avalanche's DataLoader with per-sample torchvision transforms, and the batched
-device-resident one) on one S-CIFAR10 task, alternating. The last line is the step ratio alone.
+through the benchmark's real input path), unshuffled, so every step of one sees the images of
+the other's (their random crops and flips differ); they alternate task by task in one process
+so drift of the machine hits both alike. A step is one training iteration as Avalanche runs it
+(forward, loss, backward, PALL's gradient masking, optimizer step), timed by a plugin with
+device synchronisation; the first ``--warmup`` steps of every task are discarded. On CPU the
+ratio uses process CPU time with one torch thread by default, which other processes on a shared
+machine barely disturb (wall time is printed beside it); on CUDA it uses synchronised wall
+time. Printed: the median step times, their ratio, the time of one PALL unlearning request
+(re-draw + N_f retraining iterations), the mask storage per task, and the training images per
+second of the two input pipelines (Avalanche's DataLoader with per-sample torchvision
+transforms, and the batched device-resident one) on one S-CIFAR10 task, alternating. The last
+line is the step ratio alone.
 
 --table. For each column of the paper's Table A7 (S-CIFAR10/ResNet-18, S-CIFAR100/ResNet-34,
 S-TinyImageNet/ViT-T/8, each with its configuration's batch size, optimizer, α = 1/T and
@@ -102,8 +103,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise ValueError(f"--{option.replace('_', '-')}={value} must be >= 1")
-    if args.retrain_iters is not None and args.retrain_iters < 0:
-        raise ValueError(f"--retrain-iters={args.retrain_iters} must be >= 0")
+    if args.retrain_iters is not None and args.retrain_iters < 1:
+        raise ValueError(f"--retrain-iters={args.retrain_iters} must be >= 1 (the estimate "
+                         "scales one timed request to every table's N_f)")
 
 
 def cli(argv=None) -> None:

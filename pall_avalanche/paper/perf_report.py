@@ -79,10 +79,11 @@ def run_default(args: argparse.Namespace) -> str:
     lines = _provenance(args, "Masking and input cost — PALL vs Sequential, per-sample vs "
                               "batched input (CIFAR shape)", scale)
     lines += ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), "",
-              "Both strategies train the same unshuffled batches, alternating task by task in "
-              "one process; a step is one Avalanche training iteration (forward, loss, "
-              "backward, PALL's gradient masking, optimizer step on weights and scores), its "
-              "input already made. PALL's extra cost per step: the per-layer thresholds, the "
+              "Both strategies train the same images in the same order (their random crops "
+              "and flips differ), alternating task by task in one process; a step is one "
+              "Avalanche training iteration (forward, loss, backward, PALL's gradient "
+              "masking, optimizer step on weights and scores), its input already made. "
+              "PALL's extra cost per step: the per-layer thresholds, the "
               "fused straight-through estimator in forward and backward, the frozen-entry "
               "gradient mask and the optimizer step on the scores. Each retraining iteration "
               "of the unlearning request passes two mini-batches (cross-entropy and "
@@ -183,7 +184,9 @@ def table_lines(columns: list, timings: dict, selection: dict, configs: dict) ->
     total = sum(row["hours"] or 0.0 for row in hours)
     lines += ["", "Estimated device-hours of every paper table at the paper's scale (its "
               "configuration's seeds and epochs; methods not timed here scaled from Sequential "
-              "by the paper's Table A7 ratios; evaluation not counted):", "",
+              "by the paper's Table A7 ratios; unlearning requests as the one timed, with one "
+              "remaining task, so a lower bound where more remain; evaluation not counted):",
+              "",
               "| table | benchmark | runs | hours |", "|---|---|---|---|"]
     lines += [f"| {r['table']} | {r['benchmark']} | {r['runs']} | "
               f"{r['note'] or format(r['hours'], '.1f')} |" for r in hours]

@@ -66,7 +66,7 @@ from pall_avalanche.config import INPUT_PIPELINES
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.data.device import DeviceBatchLoader, device_images_of
 from pall_avalanche.masks import mask_gradients_
-from pall_avalanche.models import backbones, count_parameters
+from pall_avalanche.models import backbones, compile_backbones, count_parameters
 from pall_avalanche.models.multitask import adapt_model
 from pall_avalanche.requests.streams import UnlearnExperience
 
@@ -102,11 +102,11 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         as in float32: frozen entries get exactly-zero gradients either way); ``None``: float32.
     :param channels_last: keep the model and 4-d inputs in channels-last memory layout (a
         speed option; results equal up to floating-point reduction order).
-    :param compile: ``torch.compile`` every module named ``backbone`` (the built-in
-        networks' feature extractor, also inside a masked or per-task network) in place, once,
-        with torch's default backend (a speed option for GPUs: results equal eager ones up to
-        floating-point reduction order; the first steps pay the compilation). The head,
-        masks and task routing stay eager. A model without such a module is refused.
+    :param compile: ``torch.compile`` the backbones in place, once, with torch's default
+        backend (:func:`~pall_avalanche.models.compile_backbones`; a speed option for GPUs:
+        results equal eager ones up to floating-point reduction order; the first steps pay
+        the compilation). The head, the masks and the task routing stay eager. A model
+        without a module named ``backbone`` is refused.
     :param input_pipeline: ``"batched"`` (default): a learning experience whose dataset
         carries its images on the device (``device_images``, the image benchmarks:
         :mod:`pall_avalanche.data.device`) is trained from batches drawn and augmented there;
@@ -439,9 +439,7 @@ class UnlearningTemplate(SupervisedTemplate, Stateful):
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
         if self.compile_backbone:
-            for module in backbones(self.model):
-                if getattr(module, "_compiled_call_impl", None) is None:   # not yet compiled
-                    module.compile()
+            compile_backbones(self.model)
         self.make_optimizer()
 
     # --------------------------------------------------------------- checkpoints

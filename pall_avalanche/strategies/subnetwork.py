@@ -29,7 +29,13 @@ import torch
 from torch import nn
 
 from pall_avalanche.core import UnlearningPlugin
-from pall_avalanche.masks import MaskSet, SubnetworkNet, draw_initial, mask_gradients_
+from pall_avalanche.masks import (
+    MaskSet,
+    SubnetworkNet,
+    draw_initial,
+    mask_gradients_,
+    threshold_method,
+)
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
@@ -174,6 +180,7 @@ class SubnetworkStrategy(UnlearningTemplate):
         net = as_subnetwork_net(model, alpha, kwargs.get("n_tasks"))
         if mask_threshold is not None:
             net.threshold = mask_threshold
+        threshold_method(net.threshold, torch.device(kwargs.get("device") or "cpu"))
         _check_every_parameter_is_trained(net)
         super().__init__(model=net, optimizer=optimizer,
                          plugins=[self.freezing, *(plugins or [])], **kwargs)

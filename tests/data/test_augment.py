@@ -15,6 +15,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from pall_avalanche.data import CIFAR10_STATS, TINYIMAGENET_STATS
 from pall_avalanche.data.augment import CropFlip, ResizedCropFlip, normalize, resized_crop
+from pall_avalanche.data.device import BatchPipeline
 
 #: torchvision resizes uint8 images natively (fixed point, rounded after each pass) on these
 #: CPUs (``torchvision.transforms.v2.functional._geometry._do_native_uint8_resize_on_cpu``),
@@ -201,7 +202,7 @@ def test_resized_crop_falls_back_to_torchvisions_central_box(shape, scale, ratio
 def test_normalize_is_bit_identical_to_the_per_sample_transforms(stats):
     images = random_images(16, 32, 32, seed=10)
     per_sample = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(*stats)])
-    out = normalize(images, *stats)
+    out = normalize(images, *(torch.tensor(v).view(-1, 1, 1) for v in stats))
     assert out.dtype == torch.float32
     assert torch.equal(out, torch.stack([per_sample(image) for image in images]))
 
@@ -217,7 +218,7 @@ def test_draws_and_crops_hand_nothing_to_the_host():
             results[augment] = (augment.apply(x, params), augment(x, generator(11)))
             if isinstance(augment, ResizedCropFlip):
                 resized_crop(x.float(), params, 64)
-            normalize(results[augment][0], *CIFAR10_STATS)
+            BatchPipeline(augment, *CIFAR10_STATS)(x, generator(12))
     for applied, called in results.values():                 # __call__ = apply(draw(...))
         assert torch.equal(applied, called)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from avalanche.models import MTSimpleMLP
-from helpers import make_strategy
+from helpers import TINY_VIT, make_strategy
 
 from pall_avalanche.models import backbones
 from pall_avalanche.strategies import METHODS
@@ -48,3 +48,19 @@ def test_a_model_without_a_backbone_is_refused_in_one_line():
                                          "'backbone'"):
         METHODS["sequential"].strategy(model=model, optimizer=torch.optim.SGD(
             model.parameters(), lr=0.1), n_tasks=5, compile=True)
+
+
+@pytest.mark.slow
+def test_a_task_aware_backbone_compiles_once_for_every_task():
+    """The ViT picks its per-task tokens by the task label: its blocks are compiled, not the
+    token choice, so a later task reuses the graphs instead of recompiling."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    strategy, bm, _ = make_strategy("pall", measured=False, model="vit_t8", epochs=1,
+                                    train_per_task=32, mask_threshold="topk", compile=True,
+                                    model_kwargs=TINY_VIT)
+    strategy.train(bm.train_stream[0])
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    strategy.train([bm.train_stream[1], bm.train_stream[2]])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
