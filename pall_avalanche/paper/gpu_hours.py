@@ -1,5 +1,6 @@
 """How many device-hours every paper table would take, from the timings of
-:func:`~pall_avalanche.paper.gpu_table.measure_column` (torch-free: plain arithmetic on them).
+:func:`~pall_avalanche.paper.gpu_table.measure_column` (plain arithmetic on them; the tables'
+grids come from their scripts).
 
 A run of method m on a benchmark learns every training image ``epochs`` times (each task once,
 whatever T is) and serves N_u unlearning requests, so it takes about
@@ -23,6 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pall_avalanche.catalog import TABLE1_ALPHAS, TABLE1_METHODS
+from pall_avalanche.paper.fig3 import METHODS as FIG3_METHODS
+from pall_avalanche.paper.table_er_retrain import METHODS as ER_RETRAIN_METHODS
+from pall_avalanche.paper.table_rehearsal import PAPER_BUFFERS
+from pall_avalanche.paper.table_scalability import METHODS as SCALABILITY_METHODS
+from pall_avalanche.paper.table_scalability import PAPER_GRID
 
 __all__ = ["PAPER_A7", "PAPER_TABLES", "TableRuns", "estimate_hours", "per_image_seconds"]
 
@@ -63,12 +71,9 @@ class TableRuns:
     shares: str | None = None
 
 
-_T1 = ("sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp", "packnet", "wsn", "independent")
-
-
 def _table1(benchmark: str) -> TableRuns:
-    runs = {m: [(1, 3, None)] for m in _T1}
-    runs["pall"] = [(3, 3, None)]                          # α ∈ {0.05, 0.1, 0.2}
+    runs = {m: [(1, 3, None)] for m in TABLE1_METHODS}
+    runs["pall"] = [(len(TABLE1_ALPHAS), 3, None)]         # one run per α
     return TableRuns("Table 1", benchmark, runs)
 
 
@@ -84,20 +89,19 @@ PAPER_TABLES: tuple[TableRuns, ...] = (
                                                            "tinyimagenet")),
     TableRuns("Table A3", "cifar10", {"pall": [(5, 3, None)]}),
     TableRuns("Table A4", "cifar10", {"sequential": [(1, 3, None)], "independent": [(1, 3, None)],
-                                      "er": [(3, 3, None)], "derpp": [(3, 3, None)],
-                                      "pall": [(9, 3, None)]}),
-    TableRuns("Table A5", "cifar10", {"independent": [(1, 3, None)], "pall": [(1, 3, None)],
-                                      "er_retrain": [(1, 3, None)], "er": [(1, 3, None)]}),
+                                      "er": [(len(PAPER_BUFFERS), 3, None)],
+                                      "derpp": [(len(PAPER_BUFFERS), 3, None)],
+                                      "pall": [(3 * len(PAPER_BUFFERS), 3, None)]}),  # 3 β
+    TableRuns("Table A5", "cifar10", {m: [(1, 3, None)] for m in ER_RETRAIN_METHODS}),
     TableRuns("Table A6 (T=100)", "tinyimagenet",
-              {**{m: [(1, n, None) for n in (3, 5, 10, 20, 50)]
-                  for m in ("sequential", "ewc", "derpp", "packnet", "wsn", "independent")},
-               "pall": [(3, n, None) for n in (3, 5, 10, 20, 50)]}),
-    *(TableRuns("Table A7", b, {**{m: [(1, 1, None)] for m in _T1}, "pall": [(1, 1, None)]})
+              {m: [(3 if m == "pall" else 1, n, None) for n in PAPER_GRID]    # PALL: 3 α
+               for m in SCALABILITY_METHODS}),
+    *(TableRuns("Table A7", b, {m: [(1, 1, None)] for m in TABLE1_METHODS})
       for b in ("cifar10", "cifar100", "tinyimagenet")),
     *(TableRuns("Table A8", b, shares="Table 1") for b in ("cifar10", "cifar100",
                                                            "tinyimagenet")),
     TableRuns("Fig. 3", "cifar100", {m: [(1, n, None) for n in (1, 3, 5, 7, 9)]
-                                     for m in ("lsf", "er", "derpp", "pall", "independent")}),
+                                     for m in FIG3_METHODS}),
 )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from pall_avalanche.catalog import BENCHMARK_INFO
 from pall_avalanche.config import CONFIG_DIR, load_config
 from pall_avalanche.data import image_benchmark
 from pall_avalanche.models import build_model
@@ -53,8 +54,9 @@ class StepTimer(UnlearningPlugin):
 
 
 #: The image benchmarks' input shape and number of classes (what synthetic data imitates).
-IMAGE_SHAPES = {"cifar10": ((3, 32, 32), 10), "cifar100": ((3, 32, 32), 100),
-                "tinyimagenet": ((3, 64, 64), 200)}
+IMAGE_SHAPES = {name: (shape, BENCHMARK_INFO[name].n_classes)
+                for name, shape in (("cifar10", (3, 32, 32)), ("cifar100", (3, 32, 32)),
+                                    ("tinyimagenet", (3, 64, 64)))}
 
 
 def synthetic_images(name: str, n_tasks: int, per_task: int, seed: int):

@@ -125,8 +125,9 @@ def run_table(args: argparse.Namespace) -> str:
         selection[column.benchmark] = selection_milliseconds(column, device,
                                                              repeats=args.repeats,
                                                              seed=args.seed)
-        configs[column.benchmark] = {**column.config(), "methods": {
-            "er_retrain": resolve_method_config(column.config(), "er_retrain")}}
+        config = column.config()
+        configs[column.benchmark] = {**config, "methods": {
+            "er_retrain": resolve_method_config(config, "er_retrain")}}
     reduced = args.table_images is not None
     scale = ("one epoch per column of every timed method (the second learning request), "
              + (f"{args.table_images} synthetic images per task, seconds scaled to the full "
