@@ -34,6 +34,7 @@ __all__ = [
     "check_replay_settings",
     "class_stratified_indices",
     "select_exemplars",
+    "uniform_target",
 ]
 
 
@@ -188,6 +189,17 @@ def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch:
     return logits, features
 
 
+def uniform_target(logits: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """The uniform distribution over a task's ``classes`` (units of ``logits``' width), as a
+    target of ``cross_entropy`` for every row of ``logits``."""
+    n = len(classes)
+    if n == logits.shape[1]:
+        return torch.full_like(logits, 1.0 / n)
+    target = torch.zeros_like(logits)
+    target[:, classes] = 1.0 / n
+    return target
+
+
 def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
     """β and N_f of a replay method: both >= 0."""
     if beta < 0 or n_retrain_iters < 0:
@@ -197,16 +209,26 @@ def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
 class EpisodicMemory(UnlearningPlugin):
     """An episodic memory B^t per task: which samples, stored how, and its state.
 
-    After learning task t, ``buffer_size // n_tasks`` class-balanced samples of D^t, chosen by
-    ``selection`` (uniformly random by default), are stored as one draw of the training
-    augmentation each, with (``store_logits``) their logits z computed in eval mode with t's
-    head (and, for PALL, t's mask) on another, independent draw of it, as the paper's reference
-    does (docs/fidelity.md, "PALL": buffer). Without augmentation both are the sample itself.
-    What is trained from it is :class:`ReplayObjective`'s job.
+    After learning task t, class-balanced samples of D^t, chosen by ``selection`` (uniformly
+    random by default), are stored as one draw of the training augmentation each, with
+    (``store_logits``) their logits z computed in eval mode with t's head (and, for PALL, t's
+    mask) on another, independent draw of it, as the paper's reference does
+    (docs/fidelity.md, "PALL": buffer). Without augmentation both are the sample itself. The
+    task's classes (its label values, any ids) are kept with its buffer. What is trained from
+    it is :class:`ReplayObjective`'s job.
 
-    :param buffer_size: total capacity, split a priori over ``n_tasks``.
-    :param n_tasks: the number of tasks T.
-    :param classes_per_task: classes per task (the buffer must hold one sample of each).
+    Capacity. With ``n_tasks`` (the paper) every task gets ``buffer_size // n_tasks`` samples,
+    split a priori. Without it (an Avalanche model whose heads grow as tasks arrive, T
+    unknown) the memory rebalances as Avalanche's ``ExperienceBalancedBuffer`` does: a new
+    task gets ``buffer_size // (number of buffers held + 1)`` samples and every held buffer
+    larger than that drops samples (class-balanced, at random) down to it; no buffer ever
+    gains samples (a departure from the paper's a-priori split, docs/fidelity.md).
+
+    :param buffer_size: total capacity.
+    :param n_tasks: the number of tasks T, or ``None`` (rebalance as tasks arrive).
+    :param classes_per_task: classes per task, when known in advance (with ``n_tasks``, the
+        a-priori share must hold one sample of each); every task's own classes are checked
+        when it is stored.
     :param store_logits: store z with the samples (DER++ and PALL's logit term need it).
     :param delete_on_unlearning: delete B^t in ``before_unlearning`` (PALL); with ``False``
         the strategy uses B^t while unlearning t and deletes it with :meth:`drop`.
@@ -215,19 +237,21 @@ class EpisodicMemory(UnlearningPlugin):
         ``confidence``, ``logit_distance``: Table A3), scored with the model just trained.
     """
 
-    checkpoint_attributes = ("buffers",)
+    checkpoint_attributes = ("buffers", "classes")
 
-    def __init__(self, *, buffer_size: int, n_tasks: int, classes_per_task: int,
-                 store_logits: bool = True, delete_on_unlearning: bool = True,
-                 selection: str = "random") -> None:
+    def __init__(self, *, buffer_size: int, n_tasks: int | None,
+                 classes_per_task: int | None = None, store_logits: bool = True,
+                 delete_on_unlearning: bool = True, selection: str = "random") -> None:
         super().__init__()
         if selection not in SELECTIONS:
             raise ValueError(f"unknown buffer selection {selection!r}; valid selections are "
                              f"{list(SELECTIONS)}")
         self.selection = selection
-        self.classes_per_task = classes_per_task
-        self.per_task = buffer_size // n_tasks
-        if self.per_task < classes_per_task:
+        self.buffer_size = buffer_size
+        #: The a-priori share of every task (``None``: rebalanced as tasks arrive).
+        self.per_task = None if n_tasks is None else buffer_size // n_tasks
+        if self.per_task is not None and classes_per_task is not None \
+                and self.per_task < classes_per_task:
             raise ValueError(
                 f"buffer_size={buffer_size} gives {self.per_task} samples per task over "
                 f"{n_tasks} tasks, fewer than the {classes_per_task} classes of a task; use "
@@ -235,21 +259,44 @@ class EpisodicMemory(UnlearningPlugin):
             )
         self.store_logits = store_logits
         self.delete_on_unlearning = delete_on_unlearning
-        #: task → (inputs, task-local labels, logits or None), on the training device.
+        #: task → (inputs, labels, logits or None), on the training device.
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        #: task → its classes (sorted label values), on the buffer's device.
+        self.classes: dict[int, torch.Tensor] = {}
+
+    def share(self) -> int:
+        """The samples the next task's buffer gets (module docstring, "Capacity")."""
+        return self.per_task if self.per_task is not None else (
+            self.buffer_size // (len(self.buffers) + 1))
+
+    def shrink(self, size: int) -> None:
+        """Every buffer larger than ``size`` keeps ``size`` of its samples, class-balanced,
+        chosen uniformly at random (it never gains any)."""
+        for task, (x, y, z) in self.buffers.items():
+            if len(x) > size:
+                keep = select_exemplars(y.cpu(), size).to(x.device)
+                self.buffers[task] = (x[keep], y[keep], None if z is None else z[keep])
 
     @torch.no_grad()
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         task = strategy.experience.task_label
         data = strategy.experience.dataset.eval()
         targets = torch.as_tensor(list(data.targets))
+        classes = targets.unique()
+        share = self.share()
+        if share < len(classes):
+            raise ValueError(
+                f"the buffer gives task {task} {share} samples, fewer than its "
+                f"{len(classes)} classes; use a larger buffer_size (now {self.buffer_size})")
+        if self.per_task is None:
+            self.shrink(share)
         batch = strategy.eval_mb_size or strategy.train_mb_size
         logits = features = None
         if self.selection != "random":
             every = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
             logits, features = (t.cpu() for t in logits_and_features(
                 strategy.model, every, task, batch))
-        index = select_exemplars(targets, self.per_task, self.selection, logits=logits,
+        index = select_exemplars(targets, share, self.selection, logits=logits,
                                  features=features)
         augmented = strategy.experience.dataset.train()
 
@@ -261,6 +308,7 @@ class EpisodicMemory(UnlearningPlugin):
         z = logits_and_features(strategy.model, draw(), task, batch)[0] \
             if self.store_logits else None
         self.buffers[task] = (x, y, z)
+        self.classes[task] = classes.to(strategy.device)
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         if self.delete_on_unlearning:
@@ -269,14 +317,22 @@ class EpisodicMemory(UnlearningPlugin):
     def drop(self, task: int) -> None:
         """Delete B^t."""
         del self.buffers[task]
+        del self.classes[task]
 
     def draw(self, task: int, n: int, stratified: bool) -> torch.Tensor:
         """``n`` indices of B^t: uniformly random, or class-stratified
         (:func:`class_stratified_indices`)."""
         x, y, _ = self.buffers[task]
         if stratified:
-            return class_stratified_indices(y, n, self.classes_per_task)
+            classes = self.classes[task]
+            return class_stratified_indices(torch.searchsorted(classes, y), n, len(classes))
         return torch.randperm(len(x), device=x.device)[:n]
+
+    def task_columns(self, task: int, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` restricted to task ``task``'s classes (as they are when its classes
+        are every unit of its output)."""
+        classes = self.classes[task]
+        return logits if len(classes) == logits.shape[1] else logits[:, classes]
 
 
 class ReplayObjective:
@@ -299,7 +355,8 @@ class ReplayObjective:
     def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int, *,
                     stratified: bool = False) -> torch.Tensor:
         """Mean over τ in ``tasks`` of CE(f(x), y) on ``per_task`` random samples of B^τ plus
-        β·MSE(f(x'), z') on ``per_task`` others, each sample through its own task's head.
+        β·MSE(f(x'), z') on ``per_task`` others (over τ's classes' logits), each sample
+        through its own task's head.
 
         :param stratified: draw each mini-batch class-stratified instead of uniformly.
         """
@@ -311,7 +368,9 @@ class ReplayObjective:
             loss = term if loss is None else loss + term
             if self.beta:
                 mse_index = self.memory.draw(task, per_task, stratified)
-                loss = loss + self.beta * F.mse_loss(net(x[mse_index], task), z[mse_index])
+                columns = self.memory.task_columns
+                loss = loss + self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
+                                                     columns(task, z[mse_index]))
         return loss / len(tasks)
 
     def uniform_loss(self, net: torch.nn.Module, task: int, n: int, *,
@@ -323,7 +382,7 @@ class ReplayObjective:
         """
         x, _, _ = self.memory.buffers[task]
         logits = net(x[self.memory.draw(task, n, stratified)], task)
-        return F.cross_entropy(logits, torch.full_like(logits, 1.0 / logits.shape[1]))
+        return F.cross_entropy(logits, uniform_target(logits, self.memory.classes[task]))
 
     def steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
               param_groups: list[dict], n_iters: int,

@@ -250,6 +250,29 @@ class SubnetworkNet(MultiTaskModule):
         """Freeze the learning task's statistics (they stay stored with its mask)."""
         self.statistics_task = None
 
+    @torch.no_grad()
+    def refresh_statistics(self, task: int, x: torch.Tensor) -> None:
+        """Recompute ``task``'s statistics from inputs ``x`` (its buffer, after a retraining
+        changed weights they depend on): one train-mode forward pass of ``task`` over all of
+        ``x`` from fresh statistics, each norm layer taking that batch's mean and unbiased
+        variance (momentum 1 for the pass). Nothing else changes."""
+        if not self.norm_layers:
+            return
+        self.statistics[task] = self.fresh_statistics()
+        momenta = {name: layer.momentum for name, layer in self.norm_layers.items()}
+        was_training = self.training
+        self.statistics_task = task
+        try:
+            for layer in self.norm_layers.values():
+                layer.momentum = 1.0
+            self.train()
+            self(x, task)
+        finally:
+            for name, layer in self.norm_layers.items():
+                layer.momentum = momenta[name]
+            self.statistics_task = None
+            self.train(was_training)
+
     def statistics_floats(self) -> int:
         """Floats one task's statistics add to the inference size (running mean and variance
         of every norm layer; the batch count is not needed for inference)."""

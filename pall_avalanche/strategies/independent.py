@@ -6,38 +6,54 @@ import copy
 
 import torch
 from avalanche.models import MultiTaskModule
+from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import nn
 
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multihead import forward_by_task
-from pall_avalanche.models.multitask import adapt_model
+from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["Independent", "IndependentModels"]
 
 
 class IndependentModels(MultiTaskModule):
-    """One model per learned task, routed by task label.
+    """One model per learned task, routed by task label (each sample of a mini-batch to its
+    own task's model).
 
     A task without a model (never learned or unlearned) is answered by ``untrained``, a fresh
     draw of the architecture that is never trained: chance-level predictions. It is the same
     for every such task and is not part of the inference size.
 
-    :param template: the architecture (a task-aware module taking ``(x, task_labels)``).
+    Only the model of the task being learned adapts to its experience (its head grows, its
+    classes are taken: :meth:`adaptation`); the others are not touched.
+
+    :param template: the architecture (a task-incremental network taking
+        ``(x, task_labels)``).
     """
 
     def __init__(self, template: nn.Module) -> None:
         super().__init__()
         self.untrained = reinitialize_(copy.deepcopy(template))
         self.untrained.requires_grad_(False)
+        self.untrained._auto_adapt = False
         self.task_models = nn.ModuleDict()
+        #: The task whose model the next adaptation adapts.
+        self.adapting: int | None = None
 
     def add_task(self, task: int) -> nn.Module:
         """Create the fresh model of ``task`` (a new draw of the initial distribution)."""
         model = reinitialize_(copy.deepcopy(self.untrained)).requires_grad_(True)
+        model._auto_adapt = False
         self.task_models[str(task)] = model
         return model
+
+    def adaptation(self, experience) -> None:
+        """Adapt the model of the task being learned (:attr:`adapting`) to ``experience``."""
+        super().adaptation(experience)
+        if self.adapting is not None:
+            avalanche_model_adaptation(self.task_models[str(self.adapting)], experience)
 
     def remove_task(self, task: int) -> None:
         del self.task_models[str(task)]
@@ -61,25 +77,33 @@ class Independent(UnlearningTemplate):
     """Trains a fresh copy of ``model`` (re-initialised) for every task and deletes it on
     unlearning: exact unlearning, no forgetting, inference size d × |Ω|.
 
-    :param model: the architecture, wrapped in :class:`IndependentModels` (an Avalanche
-        model with a ``MultiHeadClassifier`` first gets the heads of all ``n_tasks`` tasks:
-        :func:`~pall_avalanche.models.multitask.adapt_model`).
+    :param model: the architecture, wrapped in :class:`IndependentModels` (a
+        task-incremental network: :func:`~pall_avalanche.models.multitask.task_network`).
     """
 
     def __init__(self, *, model: nn.Module, **kwargs) -> None:
-        super().__init__(model=IndependentModels(adapt_model(model, kwargs.get("n_tasks"))),
+        super().__init__(model=IndependentModels(task_network(model, kwargs.get("n_tasks"))),
                          **kwargs)
 
     def model_adaptation(self, model=None):
-        model = super().model_adaptation(model)
         task = self.experience.task_label
         if self.is_training and str(task) not in self.model.task_models:
             self.model.add_task(task).to(self.device)
-        return model
+        self.model.adapting = task if self.is_training else None
+        try:
+            return super().model_adaptation(model)
+        finally:
+            self.model.adapting = None
 
     def optimizer_param_groups(self) -> list[dict]:
         task_model = self.model.model_for(self.experience.task_label)
         return [{"params": list(task_model.parameters())}]
+
+    def _after_training_exp(self, **kwargs) -> None:
+        """The task's model is final: no later request trains it (a sample of this task in
+        a later mini-batch, e.g. replayed by a plugin, goes through it without training it)."""
+        self.model.model_for(self.experience.task_label).requires_grad_(False)
+        super()._after_training_exp(**kwargs)
 
     def _unlearn(self, task: int) -> None:
         self.model.remove_task(task)
@@ -94,7 +118,7 @@ class Independent(UnlearningTemplate):
         for key in list(self.model.task_models):
             self.model.remove_task(int(key))
         for task in state["task_models"]:
-            self.model.add_task(task).to(self.device)
+            self.model.add_task(task).to(self.device).requires_grad_(False)
         super().restore_checkpoint_state(state)
 
     def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:

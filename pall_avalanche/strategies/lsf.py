@@ -29,6 +29,7 @@ import torch
 from avalanche.models.utils import avalanche_forward
 from torch.nn import functional as F
 
+from pall_avalanche.rehearsal import uniform_target
 from pall_avalanche.strategies.ewc import TaskEWCPlugin, check_non_negative
 from pall_avalanche.strategies.lwf import LwF
 
@@ -46,7 +47,7 @@ class LSF(LwF):
     :param n_retrain_iters: N_f, optimisation steps per unlearning request.
     """
 
-    checkpoint_attributes = ("codes",)
+    checkpoint_attributes = ("codes", "code_classes")
 
     def __init__(self, *, ewc_lambda: float, lsf_gamma: float, n_retrain_iters: int,
                  **kwargs) -> None:
@@ -57,7 +58,10 @@ class LSF(LwF):
         self.ewc = ewc
         self.gamma = lsf_gamma
         self.n_retrain_iters = n_retrain_iters
+        #: task → one mnemonic code per class (rows in the order of :attr:`code_classes`)
         self.codes: dict[int, torch.Tensor] = {}
+        #: task → its classes (sorted label values)
+        self.code_classes: dict[int, torch.Tensor] = {}
         self._mixed_output: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ codes
@@ -65,14 +69,39 @@ class LSF(LwF):
         """Mean over ``tasks`` of the mean cross-entropy of each task's codes towards its own
         labels, one forward pass per task."""
         return sum(F.cross_entropy(avalanche_forward(self.model, self.codes[t], t),
-                                   torch.arange(len(self.codes[t]), device=self.device))
+                                   self.code_classes[t])
                    for t in tasks) / len(tasks)
+
+    def code_of(self, y: torch.Tensor, tasks: torch.Tensor | int) -> torch.Tensor:
+        """The mnemonic code of each sample's class in its own task (``tasks``: one task, or
+        the task of each sample, as :meth:`mb_tasks` gives them).
+
+        :raises ValueError: a sample's task has no codes (it is not learned nor being
+            learned: a plugin added it).
+        """
+        if isinstance(tasks, int):
+            return self.codes[tasks][torch.searchsorted(self.code_classes[tasks], y)]
+        out = None
+        for task in tasks.unique().tolist():
+            if task not in self.codes:
+                raise ValueError(
+                    f"a learning mini-batch holds samples of task {task}, which has no "
+                    "mnemonic codes (it is not learned): LSF mixes every sample with its own "
+                    "task's code; let the plugin that adds samples replay learned tasks only")
+            rows = tasks == task
+            codes = self.code_of(y[rows], task)
+            if out is None:
+                out = codes.new_empty((len(y), *codes.shape[1:]))
+            out[rows] = codes
+        return out
 
     # ---------------------------------------------------------------- learning
     def _before_training_exp(self, **kwargs) -> None:
         task = self.experience.task_label
         shape = self.experience.dataset[0][0].shape
-        self.codes[task] = torch.randn(self.model.classes_per_task, *shape).to(self.device)
+        classes = sorted(self.experience.classes_in_this_experience)
+        self.code_classes[task] = torch.tensor(classes, dtype=torch.long, device=self.device)
+        self.codes[task] = torch.randn(len(classes), *shape).to(self.device)
         super()._before_training_exp(**kwargs)
 
     def forward(self) -> torch.Tensor:
@@ -83,10 +112,11 @@ class LSF(LwF):
         self._mixed_output = None
         if not self.is_training or self.head_only:
             return super().forward()
-        x, y = self.mb_x, self.mb_y
+        x, y, tasks = self.mb_x, self.mb_y, self.mb_tasks()
         lam = torch.rand(len(x), *([1] * (x.dim() - 1)), device=x.device)
-        mixed = lam * x + (1 - lam) * self.codes[self.experience.task_label][y]
-        out = self.forward_inputs(torch.cat([x, mixed]))
+        mixed = lam * x + (1 - lam) * self.code_of(y, tasks)
+        out = self.forward_inputs(torch.cat([x, mixed]), tasks if isinstance(tasks, int)
+                                  else torch.cat([tasks, tasks]))
         self._mixed_output = out[len(x):]
         return out[:len(x)]
 
@@ -107,16 +137,15 @@ class LSF(LwF):
     def _unlearn(self, task: int) -> None:
         remaining = list(self.active_tasks)
         param_groups = self.optimizer_param_groups()
-        forget = self.codes[task]
-        uniform = torch.full((len(forget), self.model.classes_per_task),
-                             1.0 / self.model.classes_per_task, device=forget.device)
+        forget, classes = self.codes[task], self.code_classes[task]
 
         def loss() -> torch.Tensor:
-            total = F.cross_entropy(avalanche_forward(self.model, forget, task), uniform)
+            logits = avalanche_forward(self.model, forget, task)
+            total = F.cross_entropy(logits, uniform_target(logits, classes))
             if remaining:
                 total = total + self.gamma * self.code_loss(remaining)
             return total
 
         self.optimization_steps(param_groups, self.n_retrain_iters, loss)
-        del self.codes[task]
+        del self.codes[task], self.code_classes[task]
         self.lwf.lwf.set_previous_model(self.model)

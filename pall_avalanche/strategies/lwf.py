@@ -29,7 +29,6 @@ import torch
 from avalanche.training.plugins import LwFPlugin
 from avalanche.training.regularization import LearningWithoutForgetting
 from torch import nn
-from torch.nn import functional as F
 
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import TaskIncrementalNet
@@ -48,7 +47,7 @@ def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> list
             not getattr(model.backbone, "task_aware", False)
             or not any(model.task_parameters(t) for t in tasks)):
         features = model.features(x, tasks[0])
-        return [F.linear(features, model.head.weight[model.head_rows(t)]) for t in tasks]
+        return [model.head_logits(features, t) for t in tasks]
     return [model(x, t) for t in tasks]
 
 

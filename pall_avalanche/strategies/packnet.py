@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from pall_avalanche.masks import MaskSet, SubnetworkNet, by_slice, slice_counts
-from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
+from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, require_n_tasks
 
 __all__ = ["PackNet", "magnitude_keep_mask"]
 
@@ -82,6 +82,7 @@ class PackNet(SubnetworkStrategy):
                  **kwargs) -> None:
         self._pruned = True
         super().__init__(model=model, optimizer=optimizer, plugins=plugins, **kwargs)
+        require_n_tasks(self.model, "PackNet")
 
     @property
     def prune_epoch(self) -> int:

@@ -75,24 +75,31 @@ class PALL(SubnetworkStrategy):
         learned after t (entries trained while t's weights were in the forward pass;
         :meth:`cascade_set`). With ``beta=0`` no logits are computed or stored (the
         stored-logit channel closes too).
+    :param refresh_statistics: for a model with running normalisation statistics (one set per
+        task): after unlearning changed entries a remaining task uses, recompute that task's
+        statistics from its buffer (default True; False keeps the statistics it was learned
+        with, which the retrained weights no longer match).
     """
 
     checkpoint_attributes = ("ledger.events",)
+    accepts_unlearned_task_samples = False
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, alpha: float,
                  n_retrain_iters: int = 50, beta: float = 0.5, buffer_size: int = 500,
-                 buffer_selection: str = "random", strict_cascade: bool = False, plugins=None,
-                 **kwargs) -> None:
+                 buffer_selection: str = "random", strict_cascade: bool = False,
+                 refresh_statistics: bool = True, plugins=None, **kwargs) -> None:
         if not isinstance(strict_cascade, bool):
             raise ValueError(f"strict_cascade={strict_cascade!r} must be true or false")
         self.strict_cascade = strict_cascade
+        self.refresh_statistics = bool(refresh_statistics)
         net = as_subnetwork_net(model, alpha, kwargs.get("n_tasks"))
         check_replay_settings(beta, n_retrain_iters)
         self.n_retrain_iters = n_retrain_iters
         self.resetting = WeightResettingPlugin(redraw_unused=True)
         self.memory = EpisodicMemory(
             buffer_size=buffer_size, n_tasks=net.net.n_tasks,
-            classes_per_task=net.net.classes_per_task, selection=buffer_selection,
+            classes_per_task=net.net.classes_per_task if net.net.n_tasks else None,
+            selection=buffer_selection,
             store_logits=bool(beta),
         )
         self.replay = ReplayObjective(self.memory, beta)
@@ -150,10 +157,25 @@ class PALL(SubnetworkStrategy):
             # booked with N_f = 0 too, as the paper's reference does: unlearning a task whose
             # buffer this retraining would use re-draws these entries (docs/fidelity.md)
             self.ledger.record(retrain, self.active_tasks)
+            if self.refresh_statistics:
+                self._refresh_statistics(retrain)
         self.ledger.forget(task)
         if not self.active_tasks:
             redraw_(net, MaskSet.full(net.shapes))
         self._record_stats(before, forget, retrain)
+
+    def _refresh_statistics(self, changed: MaskSet) -> None:
+        """Every remaining task whose mask holds a re-drawn or retrained entry gets its
+        normalisation statistics recomputed from its buffer
+        (:meth:`~pall_avalanche.masks.SubnetworkNet.refresh_statistics`): its stored ones
+        were taken with weights that are gone. Nothing happens for a network without
+        running statistics."""
+        net: SubnetworkNet = self.model
+        if not net.norm_layers:
+            return
+        for task in self.active_tasks:
+            if (net.masks[task] & changed).count():
+                net.refresh_statistics(task, self.memory.buffers[task][0])
 
     def retrain(self, entries: MaskSet, tasks: list[int]) -> None:
         """PALL's retraining: N_f replay steps (:meth:`ReplayObjective.steps`) updating only
@@ -176,7 +198,7 @@ class PALL(SubnetworkStrategy):
         """d of Table A2: the network's parameters with one set of per-task tokens (the
         dense model the paper counts)."""
         net: SubnetworkNet = self.model
-        extra = sum(p.numel() for t in range(1, net.net.n_tasks)
+        extra = sum(p.numel() for t in net.net.known_tasks()[1:]
                     for p in net.net.task_parameters(t))
         return count_parameters(net.net) - extra
 

@@ -86,15 +86,15 @@ class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
     def __init__(self, memory: EpisodicMemory, memory_strength: float) -> None:
         if memory_strength < 0:
             raise ValueError(f"memory_strength={memory_strength} must be >= 0")
-        super().__init__(patterns_per_experience=memory.per_task,
+        super().__init__(patterns_per_experience=memory.per_task or memory.buffer_size,
                          memory_strength=memory_strength)
         self.episodic = memory
 
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        task = strategy.experience.task_label
-        x, y, _ = self.episodic.buffers[task]
-        self.memory_x[task], self.memory_y[task] = x, y
-        self.memory_tid[task] = torch.full_like(y, task)
+        """Every task's memory is its buffer as it is now (a rebalanced buffer shrinks)."""
+        for task, (x, y, _) in self.episodic.buffers.items():
+            self.memory_x[task], self.memory_y[task] = x, y
+            self.memory_tid[task] = torch.full_like(y, task)
 
     def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         for memory in (self.memory_x, self.memory_y, self.memory_tid):
@@ -149,7 +149,8 @@ class ReplayTemplate(UnlearningTemplate):
         :class:`~pall_avalanche.models.TaskIncrementalNet`, or an Avalanche ``MultiTaskModule``
         with a ``MultiHeadClassifier`` and ``n_tasks``
         (:func:`~pall_avalanche.models.multitask.task_network`).
-    :param buffer_size: total episodic memory, split a priori over the model's T tasks.
+    :param buffer_size: total episodic memory, split a priori over the model's T tasks
+        (rebalanced as tasks arrive for a model without T: :class:`EpisodicMemory`).
     :param n_retrain_iters: N_f, fine-tuning steps per unlearning request.
     :param beta: weight of the logit (MSE) term in every replay loss (0: plain ER).
     :param replay: add the replay loss to every learning minibatch.
@@ -160,7 +161,7 @@ class ReplayTemplate(UnlearningTemplate):
         model = task_network(model, kwargs.get("n_tasks"))
         self.memory = EpisodicMemory(
             buffer_size=buffer_size, n_tasks=model.n_tasks,
-            classes_per_task=model.classes_per_task,
+            classes_per_task=model.classes_per_task if model.n_tasks else None,
             store_logits=beta > 0, delete_on_unlearning=False,
         )
         check_replay_settings(beta, n_retrain_iters)
@@ -229,6 +230,8 @@ class ERRetraining(ER):
     :param retrain_epochs: epochs of retraining over the remaining buffers; an epoch is
         ``ceil(Σ_τ |B^τ| / batch_size)`` steps of task-balanced minibatches.
     """
+
+    accepts_unlearned_task_samples = False
 
     def __init__(self, *, retrain_epochs: int, **kwargs) -> None:
         if isinstance(retrain_epochs, bool) or not isinstance(retrain_epochs, int) \

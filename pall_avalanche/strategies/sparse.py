@@ -42,6 +42,7 @@ from pall_avalanche.strategies.subnetwork import (
     WeightResettingPlugin,
     as_subnetwork_net,
     redraw_,
+    require_n_tasks,
 )
 
 __all__ = ["DynamicSparse", "IndependentSubnetworks", "StaticSparse", "share_sizes"]
@@ -55,11 +56,18 @@ def share_sizes(n: int, n_tasks: int) -> list[int]:
 
 class IndependentSubnetworks(SubnetworkStrategy):
     """Disjoint task subnetworks: unlearning re-draws the task's entries and tokens (exact).
+    The shares need T a priori (an Avalanche model needs ``n_tasks``).
 
     :param model: a :class:`~pall_avalanche.models.TaskIncrementalNet` or a
         :class:`~pall_avalanche.masks.SubnetworkNet`.
     :param optimizer: its class and hyper-parameters are used for every request.
     """
+
+    accepts_unlearned_task_samples = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        require_n_tasks(self.model, type(self).__name__)
 
     def shares(self, j: int) -> dict[str, list[int]]:
         """Entries of share ``j`` per slice of every scored tensor (one slice but for a fused
@@ -93,7 +101,7 @@ class StaticSparse(IndependentSubnetworks):
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, plugins=None,
                  **kwargs) -> None:
         net = as_subnetwork_net(model, n_tasks=kwargs.get("n_tasks"))
-        n_tasks = net.net.n_tasks
+        n_tasks = require_n_tasks(net, type(self).__name__)
         #: scored tensor name → the task owning each entry (int16, CPU).
         self.owner: dict[str, torch.Tensor] = {}
         for name in net.scored_names():

@@ -41,7 +41,7 @@ from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["MaskFreezingPlugin", "SubnetworkStrategy", "WeightResettingPlugin",
-           "as_subnetwork_net", "redraw_"]
+           "as_subnetwork_net", "redraw_", "require_n_tasks"]
 
 
 def as_subnetwork_net(model: nn.Module, alpha: float = 1.0, n_tasks: int | None = None
@@ -60,6 +60,20 @@ def as_subnetwork_net(model: nn.Module, alpha: float = 1.0, n_tasks: int | None 
         raise ValueError(f"the SubnetworkNet given has alpha={model.alpha}, the strategy "
                          f"alpha={alpha}; pass the same value, or the unwrapped network")
     return model
+
+
+def require_n_tasks(net: SubnetworkNet, method: str) -> int:
+    """T of ``net``'s task-incremental network.
+
+    :raises ValueError: it has none (an Avalanche model whose heads grow as tasks arrive):
+        ``method`` splits each layer over T a priori and needs it.
+    """
+    n_tasks = net.net.n_tasks
+    if n_tasks is None:
+        raise ValueError(f"{method} splits every layer over the T tasks a priori, and the "
+                         "model's heads grow as tasks arrive (no T): pass n_tasks=T to the "
+                         "strategy")
+    return n_tasks
 
 
 @torch.no_grad()
@@ -136,7 +150,7 @@ def _check_every_parameter_is_trained(net: SubnetworkNet) -> None:
     """A subnetwork method trains maskable weights and per-task parameters only; any other
     trainable parameter (an affine norm layer, tokens shared by all tasks) would silently stay
     at its initial value."""
-    own = {id(p) for t in range(net.net.n_tasks) for p in net.net.task_parameters(t)}
+    own = {id(p) for t in net.net.known_tasks() for p in net.net.task_parameters(t)}
     own |= {id(w) for _, w in net.named_weights()}
     stray = [name for name, p in net.net.named_parameters() if p.requires_grad
              and id(p) not in own]

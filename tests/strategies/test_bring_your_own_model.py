@@ -27,7 +27,7 @@ from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.requests.streams import RequestStream
-from pall_avalanche.strategies import METHODS, PALL, Sequential, make_optimizer
+from pall_avalanche.strategies import METHODS, PALL, PackNet, Sequential, make_optimizer
 
 T = 5
 
@@ -147,6 +147,19 @@ class RunningStatistics:
                 lambda m, args, name=name: self.inputs[name].append(args[0].detach().double())
                 if m.training else None)
 
+    def batch(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The statistics of the one forward pass recorded since the last call: each layer's
+        input mean and unbiased variance, one batch tracked."""
+        out = {}
+        for name, layer in self.layers.items():
+            (x,) = self.inputs[name]
+            dims = [0, *range(2, x.dim())]
+            out[f"{prefix}{name}.running_mean"] = x.mean(dims)
+            out[f"{prefix}{name}.running_var"] = x.var(dims, unbiased=True)
+            out[f"{prefix}{name}.num_batches_tracked"] = torch.tensor(1)
+            self.inputs[name].clear()
+        return out
+
     def expected(self, prefix: str) -> dict[str, torch.Tensor]:
         out = {}
         for name, layer in self.layers.items():
@@ -174,6 +187,7 @@ def test_each_task_keeps_its_own_running_statistics(backbone, tmp_path):
     requests = seq("L0 L1 L2 L3 L4 U4 U1")
     stored: dict[int, dict[str, torch.Tensor]] = {}
     learned: dict[int, torch.Tensor] = {}
+    refreshed: list[int] = []
     steps = -(-settings["train_per_task"] // FAST_CONFIG["batch_size"]) * settings["epochs"]
     for request, exp in zip(requests, RequestStream(bm, requests), strict=True):
         strategy.train(exp)
@@ -195,11 +209,24 @@ def test_each_task_keeps_its_own_running_statistics(backbone, tmp_path):
             subnet.statistics[task] = fresh
         else:
             assert request.task not in subnet.statistics                # deleted
-        # every active task: its statistics to the bit, also through U1's retraining (only a
-        # task's own learning request changes them); its logits to the bit after learning and
-        # after unlearning the last-learned task (U1 retrains entries tasks 2 and 3 use)
+        # every active task: its statistics to the bit (only its own learning request changes
+        # them) unless U1 retrained entries of its mask: then they are recomputed from its
+        # buffer, by hand here: one train-mode pass of its buffer, each layer's batch mean and
+        # unbiased variance; its logits to the bit after learning and after unlearning the
+        # last-learned task (U1 retrains entries tasks 2 and 3 use)
         assert sorted(subnet.statistics) == sorted(strategy.active_tasks)
+        retrained = strategy.ledger.events[-1][0] if request == requests[-1] else None
         for task in strategy.active_tasks:
+            if retrained is not None and (subnet.masks[task] & retrained).count():
+                refreshed.append(task)
+                recomputed.expected("")                              # drop what it saw
+                subnet.train()
+                subnet(strategy.memory.buffers[task][0], task)
+                for name, value in recomputed.batch("backbone.").items():
+                    mine = subnet.statistics[task][name]
+                    assert torch.allclose(mine.double(), value.double(), rtol=1e-4,
+                                          atol=1e-6), (task, name)
+                    stored[task][name] = mine.clone()
             for name, value in stored[task].items():
                 assert torch.equal(subnet.statistics[task][name], value), (request, task, name)
             if request.task != 1 or request.kind == "learn":
@@ -208,6 +235,7 @@ def test_each_task_keeps_its_own_running_statistics(backbone, tmp_path):
     assert compute_metrics(accuracy, requests)["F_l"] == 0.0
     assert min(accuracy[4]) > 70.0, accuracy[4]                    # every task learned
     assert log.results[-1]["statistics"]["retrained"] > 0          # U1 retrained shared entries
+    assert refreshed == [2, 3]
     assert accuracy[5][:4] == accuracy[4][:4]                      # U4: the others unchanged
     # the model's own statistics were never read or written
     for name, value in net.state_dict().items():
@@ -263,13 +291,16 @@ def test_what_cannot_work_is_refused_at_construction_in_one_line():
                     alpha=0.2, buffer_size=50, **kwargs)
 
     cases = [
-        (lambda: pall(MTSimpleMLP(input_size=64)), r"model MTSimpleMLP has a MultiHeadClassifier, "
-         r"which grows one head per task: pass n_tasks=T"),
-        (lambda: Sequential(model=MTSimpleMLP(input_size=64),
+        (lambda: pall(SimpleMLP(input_size=64)), r"task-incremental: needs task labels and a "
+         r"multi-head model; got model SimpleMLP"),
+        (lambda: Sequential(model=SimpleMLP(input_size=64),
                             optimizer=torch.optim.SGD(MTSimpleMLP().parameters(), lr=0.1)),
-         r"pass n_tasks=T"),
-        (lambda: pall(NoClassifier(), n_tasks=T), r"model NoClassifier has no per-task heads: "
-         r"use a TaskIncrementalNet .* or an Avalanche MultiTaskModule with a MultiHeadClassifier"),
+         r"task-incremental: needs task labels and a multi-head model; got model SimpleMLP"),
+        (lambda: PackNet(model=MTSimpleMLP(input_size=64),
+                         optimizer=torch.optim.SGD(MTSimpleMLP().parameters(), lr=0.1)),
+         r"PackNet splits every layer over the T tasks a priori.* pass n_tasks=T"),
+        (lambda: pall(NoClassifier(), n_tasks=T), r"task-incremental: needs task labels and a "
+         r"multi-head model; got model NoClassifier"),
         (lambda: pall(TwoClassifiers(), n_tasks=T), r"model TwoClassifiers has 2 "
          r"MultiHeadClassifier layers \(\['a', 'b'\]\)"),
         (lambda: pall(as_multitask(nn.Sequential(nn.Flatten(), nn.ReLU(), nn.Linear(64, 2)), "2"),

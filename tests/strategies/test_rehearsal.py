@@ -255,12 +255,13 @@ def test_er_retraining_depends_only_on_the_remaining_buffers(model):
     stream = RequestStream(bm, seq("L0 L1 U1"))
     for exp in stream[:2]:
         strategy.train(exp)
-    before, buffers, rng = snapshot(strategy.model), dict(strategy.memory.buffers), \
+    before, memory, rng = snapshot(strategy.model), strategy.memory.state_dict(), \
         torch.get_rng_state()
     strategy.train(stream[2])
     after = snapshot(strategy.model)
     strategy.model.load_state_dict({k: torch.randn_like(v) for k, v in before.items()})
-    strategy.memory.buffers, strategy.active_tasks = buffers, [0, 1]
+    strategy.memory.load_state_dict(memory)
+    strategy.active_tasks = [0, 1]
     torch.set_rng_state(rng)
     strategy.train(stream[2])
     for name, value in snapshot(strategy.model).items():
