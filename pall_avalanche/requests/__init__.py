@@ -10,6 +10,7 @@ records and by ``--requests FILE``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,15 @@ class Request:
 
     def __str__(self) -> str:
         return f"{'L' if self.is_learn else 'U'}{self.task}"
+
+    @classmethod
+    def parse(cls, token: str) -> Request:
+        """The inverse of ``str()``: ``"L3"`` → learn task 3, ``"U1"`` → unlearn task 1."""
+        match = re.fullmatch(r"([LU])(\d+)", token.strip())
+        if match is None:
+            raise InvalidRequestSequence(
+                f"request {token!r} is not L<task> (learn) or U<task> (unlearn), e.g. L0 or U2")
+        return cls(LEARN if match[1] == "L" else UNLEARN, int(match[2]))
 
 
 class RequestSequence(Sequence[Request]):
@@ -137,6 +147,18 @@ class RequestSequence(Sequence[Request]):
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_list(), indent=1) + "\n")
+
+    @classmethod
+    def parse(cls, text: str, n_tasks: int) -> RequestSequence:
+        """The inverse of ``str()`` of the requests: ``"L0 L1 U0"`` (or comma-separated,
+        ``"L0,L1,U0"``) validated for ``n_tasks`` (:meth:`Request.parse`)."""
+        tokens = [t for t in re.split(r"[\s,]+", text.strip()) if t]
+        if not tokens:
+            raise InvalidRequestSequence(f"{text!r} holds no request; e.g. 'L0 L1 U0'")
+        return cls([Request.parse(token) for token in tokens], n_tasks)
+
+    def __str__(self) -> str:
+        return " ".join(map(str, self._requests))
 
     @classmethod
     def load(cls, path: str | Path, n_tasks: int) -> RequestSequence:

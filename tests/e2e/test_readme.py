@@ -67,12 +67,19 @@ def test_the_readme_avalanche_script_runs_and_logs_the_papers_metrics(capfd):
     assert all(r == [[0.04], [0.02], [0.01]] for r in rates.per_request)
 
 
-def test_the_readme_avalanche_model_block_runs_pall_on_mtsimplemlp():
+def test_the_readme_multihead_block_runs_pall_with_original_ids_and_replay():
     namespace: dict = {}
     exec(compile(avalanche_script(1), str(README), "exec"), namespace)
-    strategy, benchmark = namespace["strategy"], namespace["benchmark"]
-    requests = generate_requests(n_tasks=5, n_unlearn=3, seed=0)
-    assert set(strategy.active_tasks) == requests.active_sets()[-1]
+    strategy, results = namespace["strategy"], namespace["results"]
     assert type(strategy.model.net.model).__name__ == "MTSimpleMLP"
-    accuracy = evaluate_tasks(strategy.model, benchmark.test_stream, 64)
-    assert all(accuracy[t] > 75.0 for t in strategy.active_tasks), accuracy
+    assert strategy.active_tasks == [0, 2, 3, 4]
+    classifier = strategy.model.net.classifier
+    # heads as Avalanche sizes them: task t's head has 2t + 2 units, its own two active
+    for task in range(5):
+        units = getattr(classifier, f"active_units_T{task}").tolist()
+        assert len(units) == 2 * task + 2, task
+        assert units == ([0] * 2 * task + [1, 1] if task != 1 else [0] * 4), task
+    accuracy = {t: results[f"Top1_Acc_Exp/eval_phase/test_stream/Task{t:03}/Exp{t:03}"]
+                for t in range(5)}
+    assert all(accuracy[t] > 0.75 for t in (0, 2, 3, 4)), accuracy
+    assert accuracy[1] == 0.0       # as never learned: every unit masked, class 0 predicted
