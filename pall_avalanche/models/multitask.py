@@ -46,7 +46,7 @@ from pall_avalanche.models.multihead import (
 __all__ = ["MultiHeadNet", "TaskIncrementalRequired", "adapt_model", "task_network"]
 
 #: Where a reader finds how to build a task-incremental set-up.
-_SEE = "see the README, 'PALL in your Avalanche code'"
+_SEE = "see the README, 'Using the strategies in Avalanche code'"
 
 
 class TaskIncrementalRequired(ValueError):
