@@ -218,20 +218,24 @@ def method_label(method: str) -> str:
 
 
 _PALL = ("alpha", "n_retrain_iters", "beta", "buffer_size", "buffer_selection")
+_PALL_OPTIONS = ("strict_cascade", "retrain_tokens")
 _STRATEGIES = "pall_avalanche.strategies"
 register_method("sequential", f"{_STRATEGIES}.sequential:Sequential", exact=False,
                 label="Sequential")
 register_method("independent", f"{_STRATEGIES}.independent:Independent", exact=True,
                 label="Independent", size=INDEPENDENT_SIZE)
 register_method("pall", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL", params=_PALL,
-                optional=("strict_cascade",), size=SUBNETWORK_SIZE)
+                optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE)
 # Strict PALL variants for the exactness audit (docs/fidelity.md; README "How exact is exact?").
 register_method("pall_beta0", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL (β=0)",
-                params=_PALL, optional=("strict_cascade",), config={"beta": 0.0},
+                params=_PALL, optional=_PALL_OPTIONS, config={"beta": 0.0},
                 size=SUBNETWORK_SIZE)
 register_method("pall_strict", f"{_STRATEGIES}.pall:PALL", exact=True,
-                label="PALL (β=0, cascade)", params=_PALL, optional=("strict_cascade",),
+                label="PALL (β=0, cascade)", params=_PALL, optional=_PALL_OPTIONS,
                 config={"beta": 0.0, "strict_cascade": True}, size=SUBNETWORK_SIZE)
+register_method("pall_frozen_tokens", f"{_STRATEGIES}.pall:PALL", exact=True,
+                label="PALL (frozen tokens)", params=_PALL, optional=_PALL_OPTIONS,
+                config={"retrain_tokens": False}, size=SUBNETWORK_SIZE)
 register_method("er", f"{_STRATEGIES}.rehearsal:ER", exact=False, label="ER",
                 params=("buffer_size", "n_retrain_iters"))
 register_method("derpp", f"{_STRATEGIES}.rehearsal:DERpp", exact=False, label="DER++",

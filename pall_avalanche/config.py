@@ -151,6 +151,8 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "buffer_size": _spec(int, _at_least(1), "total episodic memory"),
     "buffer_selection": _spec(str, _registered("selection"), "how buffer samples are chosen"),
     "strict_cascade": _spec(bool, None, "PALL's strict cascade option"),
+    "retrain_tokens": _spec(bool, None, "PALL's retraining also trains the remaining tasks' "
+                            "own tokens (a ViT's; the reference) or keeps them frozen"),
     "ewc_lambda": _spec(float, _at_least(0), "λ of EWC (also LSF's EWC term)"),
     "lwf_alpha": _spec(float, _at_least(0), "weight of LwF's distillation"),
     "lwf_temperature": _spec(float, _at_least(0, above=True), "LwF's temperature"),

@@ -3,8 +3,7 @@ shared by PALL (its DER++ buffer and retraining) and the replay baselines (ER, D
 ER (Retraining); :mod:`pall_avalanche.strategies.rehearsal`).
 
 - Buffer selection (Table A3): :data:`SELECTIONS` per class, :func:`select_exemplars`
-  class-balanced; :func:`class_stratified_indices` for the replay baselines' unlearning
-  mini-batches.
+  class-balanced; :func:`class_stratified_indices` for every mini-batch drawn from a buffer.
 - :class:`EpisodicMemory` keeps a buffer per task (samples, for DER++ and PALL with their
   logits): selection, storage and state.
 - :class:`ReplayObjective` is what is trained from those buffers (CE + β·MSE replay, the
@@ -22,6 +21,7 @@ from avalanche.models import MultiHeadClassifier
 from torch.nn import functional as F
 
 from pall_avalanche.core import UnlearningPlugin
+from pall_avalanche.data.tasks import evaluation_loader
 from pall_avalanche.models import backbones
 
 if TYPE_CHECKING:
@@ -141,11 +141,12 @@ def select_exemplars(targets: torch.Tensor, n: int, selection: str = "random", *
 
 
 def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int) -> torch.Tensor:
-    """``n`` distinct random indices of ``labels``, spread over its classes as evenly as
-    possible: ``n // c`` from each of the c classes and one more from ``n % c`` randomly chosen
-    classes; a class with too few samples gives all it has and the others make up the rest
-    (``min(n, len(labels))`` indices in all). Samples within a class are uniformly random.
-    Drawn on the labels' device with its generator, nothing handed to the host.
+    """``n`` distinct random indices of ``labels`` drawn class-stratified as the paper's
+    reference draws a buffer's mini-batches (docs/fidelity.md, "Baselines"): with n ≥ c
+    classes, ``n // c`` from each class (all of a class with fewer), then the rest uniformly
+    from the samples not drawn yet (so not necessarily spread over the classes); with n < c,
+    ``n`` samples uniformly at random. ``min(n, len(labels))`` indices in all. Drawn on the
+    labels' device with its generator, nothing handed to the host.
 
     :param labels: the class of each sample, in 0 .. ``n_classes`` − 1 (any device; the
         indices come back on it).
@@ -157,17 +158,21 @@ def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int) -> to
     slot = labels[order]
     # position of each sample within its class, in the random order
     rank = F.one_hot(slot, n_classes).cumsum(0).gather(1, slot[:, None]).squeeze(1) - 1
-    # round-robin over the classes (in a random class order), each class's samples in order
-    key = rank * n_classes + torch.randperm(n_classes, device=device)[slot]
-    return order[torch.argsort(key)[:n]]
+    per_class = n // n_classes
+    # the stratified draws first, then every other sample in a second random order
+    key = torch.where(rank < per_class, -1, torch.randperm(len(labels), device=device))
+    return order[torch.argsort(key, stable=True)[:n]]
 
 
 @torch.no_grad()
-def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch: int
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eval-mode logits of ``x`` through ``task``'s head (and mask) and the penultimate
-    features, captured by a hook: the output of the module named ``backbone``, else the input
-    of a ``MultiHeadClassifier``; the logits themselves when the network has neither."""
+def logits_and_features(net: torch.nn.Module, dataset, task: int, batch: int,
+                        device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eval-mode logits of every sample of ``dataset`` through ``task``'s head (and mask),
+    in one unshuffled pass in mini-batches of ``batch`` (so a network normalising with batch
+    statistics sees full batches, as the paper's reference computes buffer logits), and the
+    penultimate features, captured by a hook: the output of the module named ``backbone``,
+    else the input of a ``MultiHeadClassifier``; the logits themselves when the network has
+    neither. Both come back on ``device``."""
     captured: list[torch.Tensor] = []
     backbone = next(iter(backbones(net)), None)
     classifier = next((m for m in net.modules() if isinstance(m, MultiHeadClassifier)), None)
@@ -180,7 +185,8 @@ def logits_and_features(net: torch.nn.Module, x: torch.Tensor, task: int, batch:
     was_training = net.training
     net.eval()
     try:
-        logits = torch.cat([net(x[i:i + batch], task) for i in range(0, len(x), batch)])
+        logits = torch.cat([net(x.to(device), task)
+                            for x, *_ in evaluation_loader(dataset, batch)])
     finally:
         net.train(was_training)
         if handle is not None:
@@ -209,13 +215,16 @@ def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
 class EpisodicMemory(UnlearningPlugin):
     """An episodic memory B^t per task: which samples, stored how, and its state.
 
-    After learning task t, class-balanced samples of D^t, chosen by ``selection`` (uniformly
-    random by default), are stored as one draw of the training augmentation each, with
-    (``store_logits``) their logits z computed in eval mode with t's head (and, for PALL, t's
-    mask) on another, independent draw of it, as the paper's reference does
-    (docs/fidelity.md, "PALL": buffer). Without augmentation both are the sample itself. The
-    task's classes (its label values, any ids) are kept with its buffer. What is trained from
-    it is :class:`ReplayObjective`'s job.
+    After learning task t, as the paper's reference does (docs/fidelity.md, "PALL": buffer):
+    one pass over D^t with its training augmentation, unshuffled, in eval mode, in
+    mini-batches of the training batch size, gives every sample's logits z through t's head
+    (and, for PALL, t's mask) and its features; class-balanced samples, chosen by
+    ``selection`` (uniformly random by default) from those, are stored as another draw of the
+    training augmentation each, with (``store_logits``) their z from the pass. Without
+    augmentation both draws are the sample itself. The task's classes (its label values, any
+    ids) are kept with its buffer. Every mini-batch drawn from a buffer is class-stratified
+    (:func:`class_stratified_indices`). What is trained from it is :class:`ReplayObjective`'s
+    job.
 
     Capacity. With ``n_tasks`` (the paper) every task gets ``buffer_size // n_tasks`` samples,
     split a priori. Without it (an Avalanche model whose heads grow as tasks arrive, T
@@ -290,23 +299,17 @@ class EpisodicMemory(UnlearningPlugin):
                 f"{len(classes)} classes; use a larger buffer_size (now {self.buffer_size})")
         if self.per_task is None:
             self.shrink(share)
-        batch = strategy.eval_mb_size or strategy.train_mb_size
+        augmented = strategy.experience.dataset.train()
         logits = features = None
-        if self.selection != "random":
-            every = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
+        if self.store_logits or self.selection != "random":
             logits, features = (t.cpu() for t in logits_and_features(
-                strategy.model, every, task, batch))
+                strategy.model, augmented, task, strategy.train_mb_size, strategy.device))
         index = select_exemplars(targets, share, self.selection, logits=logits,
                                  features=features)
-        augmented = strategy.experience.dataset.train()
-
-        def draw() -> torch.Tensor:     # one augmentation of each chosen sample
-            return torch.stack([augmented[int(i)][0] for i in index]).to(strategy.device)
-
-        x = draw()
+        # the stored samples: another draw of the training augmentation
+        x = torch.stack([augmented[int(i)][0] for i in index]).to(strategy.device)
         y = targets[index].to(strategy.device)
-        z = logits_and_features(strategy.model, draw(), task, batch)[0] \
-            if self.store_logits else None
+        z = logits[index].to(strategy.device) if self.store_logits else None
         self.buffers[task] = (x, y, z)
         self.classes[task] = classes.to(strategy.device)
 
@@ -319,14 +322,11 @@ class EpisodicMemory(UnlearningPlugin):
         del self.buffers[task]
         del self.classes[task]
 
-    def draw(self, task: int, n: int, stratified: bool) -> torch.Tensor:
-        """``n`` indices of B^t: uniformly random, or class-stratified
-        (:func:`class_stratified_indices`)."""
-        x, y, _ = self.buffers[task]
-        if stratified:
-            classes = self.classes[task]
-            return class_stratified_indices(torch.searchsorted(classes, y), n, len(classes))
-        return torch.randperm(len(x), device=x.device)[:n]
+    def draw(self, task: int, n: int) -> torch.Tensor:
+        """``n`` class-stratified indices of B^t (:func:`class_stratified_indices`)."""
+        _, y, _ = self.buffers[task]
+        classes = self.classes[task]
+        return class_stratified_indices(torch.searchsorted(classes, y), n, len(classes))
 
     def task_columns(self, task: int, logits: torch.Tensor) -> torch.Tensor:
         """``logits`` restricted to task ``task``'s classes (as they are when its classes
@@ -352,36 +352,31 @@ class ReplayObjective:
         self.memory = memory
         self.beta = beta
 
-    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int, *,
-                    stratified: bool = False) -> torch.Tensor:
-        """Mean over τ in ``tasks`` of CE(f(x), y) on ``per_task`` random samples of B^τ plus
-        β·MSE(f(x'), z') on ``per_task`` others (over τ's classes' logits), each sample
-        through its own task's head.
-
-        :param stratified: draw each mini-batch class-stratified instead of uniformly.
-        """
+    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int
+                    ) -> torch.Tensor:
+        """Mean over τ in ``tasks`` of β·MSE(f(x'), z') on ``per_task`` samples of B^τ (over τ's
+        classes' logits) plus CE(f(x), y) on ``per_task`` others, each sample through its own
+        task's head, every mini-batch class-stratified (drawn in that order, as the paper's
+        reference does)."""
         loss = None
         for task in tasks:
             x, y, z = self.memory.buffers[task]
-            ce_index = self.memory.draw(task, per_task, stratified)
+            if self.beta:
+                mse_index = self.memory.draw(task, per_task)
+                columns = self.memory.task_columns
+                term = self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
+                                              columns(task, z[mse_index]))
+                loss = term if loss is None else loss + term
+            ce_index = self.memory.draw(task, per_task)
             term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
             loss = term if loss is None else loss + term
-            if self.beta:
-                mse_index = self.memory.draw(task, per_task, stratified)
-                columns = self.memory.task_columns
-                loss = loss + self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
-                                                     columns(task, z[mse_index]))
         return loss / len(tasks)
 
-    def uniform_loss(self, net: torch.nn.Module, task: int, n: int, *,
-                     stratified: bool = False) -> torch.Tensor:
-        """CE of ``n`` random samples of B^t (through t's head) towards the uniform
-        distribution over t's classes: minimal when t's predictions are at chance.
-
-        :param stratified: draw the samples class-stratified instead of uniformly.
-        """
+    def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:
+        """CE of ``n`` class-stratified samples of B^t (through t's head) towards the uniform
+        distribution over t's classes: minimal when t's predictions are at chance."""
         x, _, _ = self.memory.buffers[task]
-        logits = net(x[self.memory.draw(task, n, stratified)], task)
+        logits = net(x[self.memory.draw(task, n)], task)
         return F.cross_entropy(logits, uniform_target(logits, self.memory.classes[task]))
 
     def steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
@@ -390,16 +385,16 @@ class ReplayObjective:
         """The replay objective in the strategy's optimisation loop
         (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.optimization_steps`):
         ``n_iters`` steps on :meth:`replay_loss` over ``tasks``, ``batch_size // |tasks|``
-        samples of each buffer, uniformly random. With ``forget=t`` (the replay baselines'
-        unlearning, docs/fidelity.md "ER, DER++, GEM") B^t adds a whole mini-batch of
-        ``batch_size`` samples to :meth:`uniform_loss`, and every mini-batch is drawn
-        class-stratified.
+        samples of each buffer. With ``forget=t`` (the replay baselines' unlearning,
+        docs/fidelity.md "ER, DER++, GEM") B^t first adds a whole mini-batch of
+        ``batch_size`` samples to :meth:`uniform_loss`. Every mini-batch is class-stratified.
 
         :param param_groups: the optimizer's parameter groups.
         :param n_iters: the number of steps.
-        :param trainable: float 0/1 tensors shaped like the parameters of ``param_groups`` (in
+        :param trainable: float 0/1 tensors shaped like the parameters of the first group (in
             order): only their 1-entries change, and weight decay moves to the gradient
-            (give those groups ``weight_decay=0``). ``None``: every entry is trained.
+            (give that group ``weight_decay=0``); other groups train every entry. ``None``:
+            every entry is trained.
         :param forget: a task whose buffer is pushed towards uniform predictions.
         """
         if not tasks and forget is None:
@@ -408,13 +403,11 @@ class ReplayObjective:
         net = strategy.model
         batch = strategy.train_mb_size
         per_task = max(1, batch // len(tasks)) if tasks else 0
-        stratified = forget is not None
 
         def loss() -> torch.Tensor:
-            total = (self.replay_loss(net, tasks, per_task, stratified=stratified) if tasks
-                     else 0.0)
-            if forget is not None:
-                total = total + self.uniform_loss(net, forget, batch, stratified=True)
+            total = self.uniform_loss(net, forget, batch) if forget is not None else 0.0
+            if tasks:
+                total = total + self.replay_loss(net, tasks, per_task)
             return total
 
         strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)

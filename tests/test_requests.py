@@ -45,12 +45,12 @@ def test_generator_places_unlearning_uniformly_after_learning():
         key = str(generate_requests(2, 1, seed))
         counts[key] = counts.get(key, 0) + 1
     assert set(counts) == {
-        "RequestSequence([L0 U0 L1], n_tasks=2)",
-        "RequestSequence([L0 L1 U0], n_tasks=2)",
-        "RequestSequence([L0 L1 U1], n_tasks=2)",
+        "L0 U0 L1",
+        "L0 L1 U0",
+        "L0 L1 U1",
     }
-    assert counts["RequestSequence([L0 L1 U1], n_tasks=2)"] == pytest.approx(1000, abs=120)
-    assert counts["RequestSequence([L0 U0 L1], n_tasks=2)"] == pytest.approx(500, abs=90)
+    assert counts["L0 L1 U1"] == pytest.approx(1000, abs=120)
+    assert counts["L0 U0 L1"] == pytest.approx(500, abs=90)
 
 
 def test_generator_rejects_more_unlearning_than_tasks():

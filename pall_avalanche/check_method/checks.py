@@ -16,8 +16,8 @@ from pall_avalanche.audit import ProvenanceTracker
 from pall_avalanche.check_method import Check
 from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
+from pall_avalanche.data.tasks import evaluation_loader
 from pall_avalanche.evaluation import request_evaluator
-from pall_avalanche.evaluation.measurement import evaluation_loader
 from pall_avalanche.models import build_model
 from pall_avalanche.runs import run_record, seed_everything
 from pall_avalanche.strategies import METHODS, build_strategy

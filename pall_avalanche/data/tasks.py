@@ -20,11 +20,11 @@ from avalanche.benchmarks.utils import DataAttribute, TaskAwareSupervisedClassif
 from avalanche.benchmarks.utils.data_attribute import TaskLabels
 from avalanche.benchmarks.utils.flat_data import ConstantSequence
 from avalanche.benchmarks.utils.transform_groups import TransformGroups
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from pall_avalanche.data.device import BatchPipeline, DeviceImages, device_images_of
 
-__all__ = ["TaskSplit", "class_order_for_seed", "half_members", "half_of_task",
+__all__ = ["TaskSplit", "class_order_for_seed", "evaluation_loader", "half_members", "half_of_task",
            "task_incremental_benchmark_from_tensors"]
 
 
@@ -59,9 +59,19 @@ class TaskSplit:
         }
 
 
+def evaluation_loader(dataset, batch_size: int) -> DataLoader:
+    """Unshuffled batches of ``dataset``, with a generator of their own: iterating a
+    ``DataLoader`` draws a seed, which must not move the training's random stream (evaluating
+    never changes training)."""
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
+
+
 def class_order_for_seed(n_classes: int, seed: int) -> list[int]:
-    """The seed's random allocation of classes to tasks (a permutation of all classes)."""
-    return [int(c) for c in np.random.default_rng(seed).permutation(n_classes)]
+    """The seed's random allocation of classes to tasks (a permutation of all classes; task t
+    gets the t-th chunk, its local label j the chunk's j-th class): the paper's reference's,
+    ``np.random.permutation`` of NumPy's legacy generator seeded with ``seed``, its first draw
+    after seeding (docs/fidelity.md, "Benchmarks and requests")."""
+    return [int(c) for c in np.random.RandomState(seed).permutation(n_classes)]
 
 
 def _task_dataset(x: torch.Tensor, y: torch.Tensor, task: int, transforms: TransformGroups,

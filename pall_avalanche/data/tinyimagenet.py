@@ -2,14 +2,17 @@
 
 Expected layout under ``<root>/tiny-imagenet-200``:
 
-- ``wnids.txt``: the 200 wnids, one per line; a class id is the wnid's line index.
+- ``wnids.txt``: the 200 wnids, one per line; a class id is the wnid's index in sorted
+  order (as torchvision's ``ImageFolder`` numbers the ``train/<wnid>`` folders, and so the
+  paper's reference: seed k's class order is the reference's).
 - ``words.txt`` (optional): ``wnid<TAB>human-readable names``; used for ``class_names``.
 - ``train/<wnid>/images/<wnid>_<k>.JPEG``: 64x64 training images (some grayscale).
 - ``val/images/val_<k>.JPEG`` with labels in ``val/val_annotations.txt``
   (``filename<TAB>wnid<TAB>x0<TAB>y0<TAB>x1<TAB>y1``).
 
 The official val split is returned as the test split. Decoding the 110k JPEGs is slow, so the
-decoded arrays are cached, uncompressed (about 1.4 GB), in ``tiny-imagenet-200/pall_cache.npz``;
+decoded arrays are cached, uncompressed (about 1.4 GB), in
+``tiny-imagenet-200/pall_cache_sorted.npz``;
 the cache is reused while it is newer than ``wnids.txt`` and ``val/val_annotations.txt``.
 Files under the data root are read without executing code: the cache is read with
 ``allow_pickle=False`` (a cache holding pickled objects is ignored and rebuilt), the rest is
@@ -38,7 +41,8 @@ _FOLDER = "tiny-imagenet-200"
 _URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 _MD5 = "90528d7ca1a48142e341f4ef8d21d0de"
 _SIZE = 64
-_CACHE_NAME = "pall_cache.npz"
+#: (the ``_sorted`` name: a cache of the earlier file-order class ids is never read)
+_CACHE_NAME = "pall_cache_sorted.npz"
 _ARRAY_KEYS = ("train_x", "train_y", "test_x", "test_y")
 
 
@@ -188,7 +192,7 @@ def load_tinyimagenet(root: str | Path, download: bool = True) -> ImageArrays:
         if not path.is_file():
             raise FileNotFoundError(f"Tiny ImageNet file {path} is missing; re-extract {_URL} "
                                     f"under --data-root")
-    wnids = _read_wnids(wnids_path)
+    wnids = sorted(_read_wnids(wnids_path))
     cache = base / _CACHE_NAME
     arrays = _load_cache(cache, max(p.stat().st_mtime_ns for p in (wnids_path, annotations)))
     if arrays is None:

@@ -25,27 +25,20 @@ import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
 from avalanche.models.utils import avalanche_forward
 from torch import nn
-from torch.utils.data import DataLoader
 
 from pall_avalanche.core import RequestResult
+from pall_avalanche.data.tasks import evaluation_loader
 from pall_avalanche.evaluation.metrics import model_size_mb
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
 __all__ = ["LearningWarning", "RequestMeasurement", "balanced_accuracy", "evaluate_tasks",
-           "evaluation_loader", "learning_failed"]
+           "learning_failed"]
 
 
 class LearningWarning(UserWarning):
     """A learning request left its own task at chance on its training data."""
-
-
-def evaluation_loader(dataset, batch_size: int) -> DataLoader:
-    """Unshuffled batches of ``dataset`` for evaluation, with a generator of their own:
-    iterating a ``DataLoader`` draws a seed, which must not move the training's random stream
-    (evaluating never changes training)."""
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
 
 
 @torch.no_grad()

@@ -124,6 +124,12 @@ class TaskIncrementalNet(MultiTaskModule):
         own = getattr(self.backbone, "task_parameters", None)
         return own(task) if own is not None else []
 
+    def task_tokens(self, task: int) -> list[nn.Parameter]:
+        """``task``'s own parameters inside the shared backbone (ViT's per-task CLS token and
+        positional embedding; none for other backbones): what PALL's retraining may train for
+        a remaining task besides the shared weights."""
+        return self.task_parameters(task)
+
     def reset_task_parameters_(self, task: int) -> None:
         """Return ``task`` to its never-learned state: re-draw the parameters of
         :meth:`task_parameters` from their initialisation and forget its class ids."""

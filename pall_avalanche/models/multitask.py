@@ -160,6 +160,12 @@ class MultiHeadNet(MultiTaskModule):
         head)."""
         return list(self.head(task).parameters()) if self.has_head(task) else []
 
+    def task_tokens(self, task: int) -> list[nn.Parameter]:
+        """None: a task's own parameters here are its head, its output layer, which no other
+        task's retraining trains (:meth:`~pall_avalanche.models.TaskIncrementalNet.
+        task_tokens`)."""
+        return []
+
     def task_classes(self, task: int) -> tuple[int, ...]:
         """The class ids of ``task``: the active units of its head."""
         if not self.has_head(task):

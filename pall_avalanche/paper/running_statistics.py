@@ -23,17 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
-
 from pall_avalanche.cli import Parser, main_guard
-from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
-from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.requests import RequestSequence, generate_requests
-from pall_avalanche.requests.streams import RequestStream
-from pall_avalanche.runs.engine import device_info, versions
-from pall_avalanche.strategies import PALL
 
 __all__ = ["VARIANTS", "cli", "main", "run_variant"]
 
@@ -44,9 +35,13 @@ VARIANTS = {"no BatchNorm": (False, True),
 METRICS = ("A_l", "F_l", "F_u", "F_u_max")
 
 
-def mlp(batch_norm: bool, n_tasks: int = 5, classes_per_task: int = 2) -> TaskIncrementalNet:
+def mlp(batch_norm: bool, n_tasks: int = 5, classes_per_task: int = 2):
     """64 → 256 → 256 (ReLU), a BatchNorm1d without affine parameters after each hidden layer
-    if asked, and the multi-head output."""
+    if asked, and the multi-head output (a ``TaskIncrementalNet``)."""
+    from torch import nn
+
+    from pall_avalanche.models import TaskIncrementalNet
+
     layers: list[nn.Module] = [nn.Flatten()]
     for width_in, width in ((64, 256), (256, 256)):
         layers.append(nn.Linear(width_in, width))
@@ -62,6 +57,13 @@ def run_variant(batch_norm: bool, refresh: bool, *, seed: int, epochs: int,
     """A_l, F_l, F_u and F_u^max of PALL (the digits configuration's hyper-parameters, α 0.2,
     buffer 100, β 0.5) on :func:`mlp` over ``requests`` (default: the paper's request
     sequence of ``seed``)."""
+    import torch
+
+    from pall_avalanche.data import build_benchmark
+    from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
+    from pall_avalanche.requests.streams import RequestStream
+    from pall_avalanche.strategies import PALL
+
     torch.manual_seed(seed)
     benchmark = build_benchmark("digits", seed=seed)
     if requests is None:
@@ -108,6 +110,10 @@ def main(argv=None) -> None:
     if any(seed < 0 for seed in args.seeds):
         raise ValueError(f"--seeds {args.seeds}: seeds are integers >= 0")
     fixed = None if args.requests == "none" else RequestSequence.parse(args.requests, 5)
+    import torch  # after the arguments are checked: --help and refusals stay fast
+
+    from pall_avalanche.runs.engine import device_info, versions
+
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     tables = {"the paper's request sequence of each seed": None}

@@ -4,7 +4,9 @@
     python benchmarks/table_scalability.py --benchmark tinyimagenet --set n_tasks=100 \
         --alphas 0.01 0.025 0.05 --device cuda                # the paper: N_u 3 5 10 20 50
 
-Columns A_l, F_l, F_u per N_u; PALL with α = 1/T unless --alphas is given. Writes
+Columns A_l, F_l, F_u per N_u; PALL with α = 1/T unless --alphas is given and N_f = 10 (the
+paper's Table 2 caption; its T = 100 PALL cells are Table A6's N_u = 3 column; the paper does
+not state DER++'s N_f here: the configuration's). Writes
 table_scalability_<benchmark>.{md,csv,tex,png} beside the records (--out) or into --report-dir.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pall_avalanche.cli import main_guard
+from pall_avalanche.config import resolve_method_config
 from pall_avalanche.reports import (
     format_table,
     label_rows,
@@ -39,6 +42,7 @@ def main(argv=None) -> str:
                         help=f"N_u values (default {PAPER_GRID} below T; 1..T-1 for T < 10)")
     parser.add_argument("--alphas", type=float, nargs="+", help="PALL's α values (default 1/T)")
     run = start_script(parser, argv, script=f"benchmarks/{NAME}.py")
+    run.default_for("pall", "n_retrain_iters", 10)
     t = run.n_tasks
     grid = run.args.n_unlearn_grid or (
         [n for n in PAPER_GRID if n < t] if t >= 10 else list(range(1, t)))
@@ -55,7 +59,8 @@ def main(argv=None) -> str:
     frame["N_u"] = [f"N_u={n}" for n in frame["n_unlearn"]]
     cells = format_table(frame, {"exact": "Exact", "A_l": "A_l", "F_l": "F_l", "F_u": "F_u"},
                          index={"row": "Method", "N_u": "N_u"})
-    notes = [f"T = {t}; N_u grid {grid}; PALL α = {', '.join(f'{a:g}' for a in alphas)}"]
+    notes = [f"T = {t}; N_u grid {grid}; PALL α = {', '.join(f'{a:g}' for a in alphas)}, "
+             f"N_f = {resolve_method_config(run.config, 'pall')['n_retrain_iters']}"]
     if t < 100:
         notes.append(f"Scaled down: the paper runs tinyimagenet with T=100 and N_u up to 50; "
                      f"here T={t} (run --benchmark tinyimagenet --set n_tasks=100 for the "

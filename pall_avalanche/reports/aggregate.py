@@ -30,7 +30,8 @@ def failed_mark(failed: int, n: int) -> str:
 
 
 #: Per-unlearning-request statistics a strategy may store (PALL: Table A2).
-STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change")
+STAT_NAMES = ("redrawn", "retrained", "retrained_fraction", "retrained_mean_abs_change",
+              "retrained_mean_abs_change_from_learned")
 
 
 _TIMINGS = ("learn_seconds_per_epoch", "unlearn_seconds")

@@ -10,6 +10,7 @@ records and by ``--requests FILE``.
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -217,11 +218,14 @@ def _validate(requests: Sequence[Request], n_tasks: int) -> None:
 
 
 def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequence:
-    """The paper's random request sequence (docs/fidelity.md, "Benchmarks and requests").
+    """The paper's random request sequence, drawn as its reference draws it, so seed k gives
+    the reference's sequence of seed k (docs/fidelity.md, "Benchmarks and requests").
 
     Learning requests come in task order ``0..n_tasks-1``. ``n_unlearn`` distinct tasks are
-    drawn without replacement; for each, in drawing order, its unlearning request is inserted
-    at a uniformly random position after that task's learning request in the list so far.
+    drawn without replacement (``random.choice`` of the tasks not drawn yet, one at a time);
+    for each, in drawing order, its unlearning request is inserted at a uniformly random
+    position after that task's learning request in the list so far (``random.choice`` of the
+    positions) — all from Python's generator seeded with ``seed``.
 
     :param n_tasks: T, the number of tasks.
     :param n_unlearn: N_u, the number of unlearning requests (0..T).
@@ -236,10 +240,16 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequenc
             f"n_unlearn={n_unlearn!r} is invalid; it must be an integer in 0..{n_tasks} "
             f"(N_u cannot exceed the number of tasks T={n_tasks})"
         )
-    rng = np.random.default_rng(seed)
+    rng = random.Random(seed)
     sequence = [Request(LEARN, t) for t in range(n_tasks)]
-    for task in rng.choice(n_tasks, size=n_unlearn, replace=False):
-        after = sequence.index(Request(LEARN, int(task))) + 1
-        position = int(rng.integers(after, len(sequence) + 1))
-        sequence.insert(position, Request(UNLEARN, int(task)))
+    undrawn = list(range(n_tasks))
+    drawn = []
+    for _ in range(n_unlearn):
+        task = rng.choice(undrawn)
+        undrawn.remove(task)
+        drawn.append(task)
+    for task in drawn:
+        after = sequence.index(Request(LEARN, task)) + 1
+        position = rng.choice(range(after, len(sequence) + 1))
+        sequence.insert(position, Request(UNLEARN, task))
     return RequestSequence(sequence, n_tasks)

@@ -91,6 +91,12 @@ class ScriptRun:
         if key not in self.explicit:
             self.config[key] = value
 
+    def default_for(self, method: str, key: str, value: Any) -> None:
+        """Set ``key`` for ``method`` alone (its ``methods:`` entry) to the script's default
+        unless the user set the key on the command line, for every method or for this one."""
+        if key not in self.explicit and f"methods.{method}.{key}" not in self.explicit:
+            self.config.setdefault("methods", {}).setdefault(method, {})[key] = value
+
     @property
     def n_tasks(self) -> int:
         return int(self.config["n_tasks"])

@@ -10,11 +10,13 @@ The Fisher is the paper's estimator, not Avalanche's (docs/fidelity.md, "EWC"): 
 learning task t, one pass over D^t **one sample at a time**, with task t's head, the model
 in training mode, the true label y:
 
-    F_t = (1/N) Σ_n p(y_n | x_n) · (∇_θ log p(y_n | x_n))²
+    F_t = (1/N') Σ_n p(y_n | x_n) · (∇_θ log p(y_n | x_n))²,   N' = ⌈N/B⌉ · B
 
-(:func:`fisher_diagonal`). Avalanche's ``compute_importances`` squares mini-batch-mean
-gradients instead, an estimator whose scale moves with the batch size and the training state,
-so the paper's λ would mean something else with it.
+(:func:`fisher_diagonal`; N' is the reference's divisor, its loader's number of batches of the
+training batch size B times B, which is N when B divides N). Avalanche's
+``compute_importances`` squares mini-batch-mean gradients instead, an estimator whose scale
+moves with the batch size and the training state, so the paper's λ would mean something else
+with it.
 """
 
 from __future__ import annotations
@@ -39,16 +41,18 @@ def check_non_negative(**values: float) -> None:
             raise ValueError(f"{name}={value} is invalid; it must be >= 0")
 
 
-def fisher_diagonal(model: nn.Module, dataset, device: torch.device | str = "cpu"
-                    ) -> dict[str, ParamData]:
+def fisher_diagonal(model: nn.Module, dataset, device: torch.device | str = "cpu",
+                    batch_size: int = 1) -> dict[str, ParamData]:
     """The diagonal Fisher of ``model`` on ``dataset``, one sample at a time:
-    ``(1/N) Σ_n p(y_n|x_n) · (∇ log p(y_n|x_n))²`` with y_n the sample's true label and the
-    sample's own task head, the model in training mode (as it learned). Parameters that do not
-    require a gradient get zeros.
+    ``(1/N') Σ_n p(y_n|x_n) · (∇ log p(y_n|x_n))²`` with y_n the sample's true label and the
+    sample's own task head, the model in training mode (as it learned), N' = ⌈N / B⌉ · B, the
+    paper's reference's divisor (its training loader's batches times the batch size B).
+    Parameters that do not require a gradient get zeros.
 
     :param model: the network (called as ``model(x, task)`` through ``avalanche_forward``).
     :param dataset: an Avalanche dataset of ``(x, y, task)`` samples.
     :param device: where to compute.
+    :param batch_size: B, the training batch size (1: N' = N).
     :return: parameter name → ``ParamData`` (Avalanche's container, as the plugin stores it).
     """
     named = [(name, p) for name, p in model.named_parameters()]
@@ -70,7 +74,8 @@ def fisher_diagonal(model: nn.Module, dataset, device: torch.device | str = "cpu
                 fisher[name].addcmul_(g, g, value=weight)
         n += 1
     model.train(was_training)
-    return {name: ParamData(name, init_tensor=value / max(n, 1), device=value.device)
+    divisor = max(-(-n // batch_size) * batch_size, 1)
+    return {name: ParamData(name, init_tensor=value / divisor, device=value.device)
             for name, value in fisher.items()}
 
 
@@ -115,10 +120,11 @@ class TaskEWCPlugin(EWCPlugin, UnlearningPlugin):
 
     def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size,
                             num_workers=0) -> dict[str, ParamData]:
-        """The paper's per-sample Fisher (:func:`fisher_diagonal`) of the experience just
-        learned; Avalanche's hook, so its ``after_training_exp`` stores it with the snapshot
-        (the criterion, optimizer and batch size it passes are not used)."""
-        return fisher_diagonal(model, dataset, device)
+        """The paper's per-sample Fisher (:func:`fisher_diagonal`, with the training batch size
+        Avalanche passes) of the experience just learned; Avalanche's hook, so its
+        ``after_training_exp`` stores it with the snapshot (the criterion and optimizer it
+        passes are not used)."""
+        return fisher_diagonal(model, dataset, device, batch_size)
 
     def after_training_exp(self, strategy: UnlearningTemplate, **kwargs) -> None:
         super().after_training_exp(strategy, **kwargs)

@@ -161,7 +161,9 @@ def _val_colour(k: int) -> tuple[int, int, int]:
 def _write_tiny(root: Path, words: bool = True) -> Path:
     base = root / "tiny-imagenet-200"
     (base / "val" / "images").mkdir(parents=True)
-    (base / "wnids.txt").write_text("".join(f"{w}\n" for w in _WNIDS))
+    # not in sorted order: a class id is the wnid's index in sorted order (_WNIDS), as
+    # torchvision's ImageFolder numbers the train folders (the paper's reference)
+    (base / "wnids.txt").write_text("".join(f"{w}\n" for w in reversed(_WNIDS)))
     if words:  # like the real file: more wnids than the 200 classes; one of ours is absent
         (base / "words.txt").write_text("n00001740\tentity\n"
                                         "n01443537\tgoldfish, Carassius auratus\n"
@@ -201,7 +203,7 @@ def test_tinyimagenet_pixels_labels_and_names(tmp_path: Path) -> None:
     _check_types(data, 64)
     assert data.class_names == ("goldfish, Carassius auratus", "n01629819",
                                 "bullfrog, Rana catesbeiana")
-    # train: by class id (wnids.txt order), then file name
+    # train: by class id (sorted wnid order), then file name
     assert data.train_y.tolist() == [0, 0, 1, 1, 2, 2]
     for n, key in enumerate(sorted(_TRAIN_COLOURS)):
         _assert_solid(data.train_x[n], _TRAIN_COLOURS[key])
@@ -220,7 +222,7 @@ def test_tinyimagenet_cache_reused_and_invalidated(tmp_path: Path) -> None:
     base = _write_tiny(tmp_path)
     _age_index_files(base)
     first = load_tinyimagenet(tmp_path, download=False)
-    cache = base / "pall_cache.npz"
+    cache = base / "pall_cache_sorted.npz"
     assert cache.is_file()
     assert [p.name for p in base.iterdir() if p.name.endswith(".tmp")] == []
 
@@ -250,4 +252,4 @@ def test_tinyimagenet_unknown_wnid_in_annotations(tmp_path: Path) -> None:
     annotations.write_text(annotations.read_text() + "val_6.JPEG\tn99999999\t0\t0\t63\t63\n")
     with pytest.raises(ValueError, match=r"val_annotations\.txt, line 7.*n99999999"):
         load_tinyimagenet(tmp_path, download=False)
-    assert not (base / "pall_cache.npz").exists()
+    assert not (base / "pall_cache_sorted.npz").exists()

@@ -217,7 +217,7 @@ def test_tinyimagenet_cache_with_pickled_objects_is_ignored_and_rebuilt(tmp_path
     base = _write_tiny(tmp_path)
     _age_index_files(base)
     clean = load_tinyimagenet(tmp_path, download=False)
-    cache = base / "pall_cache.npz"
+    cache = base / "pall_cache_sorted.npz"
     marker = tmp_path / "pwned"
     payload = np.empty(1, dtype=object)
     payload[0] = _Payload(marker)

@@ -21,6 +21,7 @@ from pall_avalanche.cli import parse_methods
 from pall_avalanche.config import CONFIG_DIR, apply_overrides, load_config
 from pall_avalanche.runs import record_path
 from pall_avalanche.runs.records import read_record
+from pall_avalanche.runs.store import RECORD_FORMAT
 from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,9 +243,11 @@ def test_records_of_another_format_are_not_reused(tmp_path, capsys):
             "--report-dir", str(tmp_path / "rep"), *FAST]
     assert run_main(args, capsys)[0] == 0
     (path,) = (tmp_path / "out").rglob("seed0.json")
-    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 1}))   # older code
+    older = RECORD_FORMAT - 1                                                   # older code
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": older}))
     code, _, err = run_main(args, capsys)
-    assert code == 2 and "has record format 1; this version writes format 2" in err
+    assert code == 2 and f"has record format {older}; this version writes format " \
+        f"{RECORD_FORMAT}" in err
 
 
 def table_rows(markdown: str) -> list[list[str]]:

@@ -127,7 +127,7 @@ def bn_cnn() -> TaskIncrementalNet:
 
 # settings that learn every task (the convolutions need more steps and connections)
 SETTINGS = {"bn_mlp": {"alpha": 0.3, "epochs": 2, "train_per_task": 120},
-            "bn_cnn": {"alpha": 0.5, "epochs": 3, "train_per_task": 240}}
+            "bn_cnn": {"alpha": 0.5, "epochs": 5, "train_per_task": 240}}
 # hand counts: parameters d and statistics floats per task (mean and variance per channel)
 SIZES = {"bn_mlp": (64 * 32 + 32 + 32 * 32 + 32 + 10 * 32, 2 * 32 + 2 * 32),
          "bn_cnn": (8 * 9 + 16 * 8 * 9 + 10 * 16, 2 * 8 + 2 * 16)}
@@ -151,7 +151,7 @@ class RunningStatistics:
         """The statistics of the one forward pass recorded since the last call: each layer's
         input mean and unbiased variance, one batch tracked."""
         out = {}
-        for name, layer in self.layers.items():
+        for name in self.layers:
             (x,) = self.inputs[name]
             dims = [0, *range(2, x.dim())]
             out[f"{prefix}{name}.running_mean"] = x.mean(dims)

@@ -6,6 +6,7 @@ mini-batches. Real training on digits throughout."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -23,9 +24,11 @@ from pall_avalanche.strategies import UnlearningPlugin, build_strategy
 
 
 # ------------------------------------------------------------------------- EWC
-def vmap_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int) -> dict:
-    """(1/N) Σ p(y|x) (∇ log p(y|x))², per-sample gradients by torch.func (vmap over
-    samples), a computation independent of the strategy's loop."""
+def vmap_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int,
+                batch: int) -> dict:
+    """(1/N') Σ p(y|x) (∇ log p(y|x))² with N' = ⌈N / batch⌉ · batch (the reference divides
+    by its loader's batches times the batch size), per-sample gradients by torch.func (vmap
+    over samples), a computation independent of the strategy's loop."""
     params = {n: p.detach() for n, p in model.named_parameters()}
 
     def log_p_true(p, xi, yi):
@@ -34,7 +37,8 @@ def vmap_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int) -
 
     grads = vmap(grad(log_p_true), in_dims=(None, 0, 0))(params, x, y)
     weight = vmap(log_p_true, in_dims=(None, 0, 0))(params, x, y).exp()
-    return {n: (weight.view(-1, *[1] * (g.dim() - 1)) * g ** 2).mean(0)
+    divisor = math.ceil(len(x) / batch) * batch
+    return {n: (weight.view(-1, *[1] * (g.dim() - 1)) * g ** 2).sum(0) / divisor
             for n, g in grads.items()}
 
 
@@ -48,7 +52,8 @@ def test_ewc_fisher_is_the_per_sample_estimator(method):
         data = exp.dataset
         x = torch.stack([data[i][0] for i in range(len(data))])
         y = torch.as_tensor(list(data.targets))
-        expected = vmap_fisher(strategy.model, x, y, task)
+        assert len(x) % FAST_CONFIG["batch_size"]              # N' ≠ N here
+        expected = vmap_fisher(strategy.model, x, y, task, FAST_CONFIG["batch_size"])
         stored = strategy.ewc.importances[strategy.ewc.counter_of[task]]
         assert stored.keys() == expected.keys()
         for name, value in expected.items():
@@ -75,6 +80,9 @@ def test_ewc_fisher_by_hand_on_a_linear_head():
     # sample 2 (y=1): rows ∓(1/2)(2, 0) → squares (1, 0), × 1/2 → (1/2, 0); mean of the two
     fisher = fisher_diagonal(net, data)["head.weight"].data
     assert torch.equal(fisher, torch.tensor([[0.3125, 0.25], [0.3125, 0.25]]))
+    # with batches of 3, the reference divides the sum by ⌈2/3⌉·3 = 3, not by 2
+    fisher = fisher_diagonal(net, data, batch_size=3)["head.weight"].data
+    assert torch.allclose(fisher, torch.tensor([[0.625, 0.5], [0.625, 0.5]]) / 3)
 
 
 # ------------------------------------------------------------------------- LwF
@@ -274,13 +282,13 @@ def test_replay_unlearning_minibatches(method):
     recorder = Recorder(strategy.model)
     strategy.model = recorder
     strategy.train(stream[3])
-    draws = 2 if method == "derpp" else 1                  # DER++: CE and MSE mini-batches
+    draws = 2 if method == "derpp" else 1                  # DER++: MSE and CE mini-batches
     per_step = 1 + 2 * draws                               # B^1, then B^0 and B^2
     assert len(recorder.calls) == 3 * per_step
     for step in range(3):
         calls = recorder.calls[step * per_step:(step + 1) * per_step]
         tasks = [task for _, task in calls]
-        assert tasks == [0] * draws + [2] * draws + [1]    # remaining tasks, then forget
+        assert tasks == [1] + [0] * draws + [2] * draws    # forget, then remaining tasks
         for x, task in calls:
             rows = buffer_rows(buffers[task][0], x)
             assert len(set(rows)) == len(rows)              # without replacement
@@ -290,17 +298,29 @@ def test_replay_unlearning_minibatches(method):
     assert sorted(strategy.memory.buffers) == [0, 2]
 
 
-def test_class_stratified_indices_spread_draws_over_classes():
+def test_class_stratified_indices_draw_as_the_reference():
+    """The reference's rule: n // c from each class (all of a smaller class), the rest
+    uniformly from the samples left; fewer draws than classes are uniform."""
     torch.manual_seed(0)
     labels = torch.tensor([0] * 6 + [1] * 6 + [2] * 3)
-    # n // 3 from each class, the rest from random classes; class 2 runs out at 3
-    for n, expected in [(7, [[3, 2, 2], [2, 3, 2], [2, 2, 3]]), (11, [[4, 4, 3]]),
+    # n=11: 3 + 3 + 3, then 2 of the 3 + 3 + 0 left; n=20: all 15
+    for n, expected in [(7, [[3, 2, 2], [2, 3, 2], [2, 2, 3]]),
+                        (11, [[5, 3, 3], [4, 4, 3], [3, 5, 3]]),
                         (10, [[4, 3, 3], [3, 4, 3]]), (20, [[6, 6, 3]])]:
         seen = set()
-        for _ in range(30):
+        for _ in range(60):
             index = class_stratified_indices(labels, n, 3)
             assert len(index) == min(n, len(labels)) == len(set(index.tolist()))
             counts = torch.bincount(labels[index], minlength=3).tolist()
             assert counts in expected, (n, counts)
             seen.add(tuple(counts))
         assert len(seen) == len(expected)                 # the extra samples' class varies
+    # n=7: the seventh sample is uniform over the 9 left (4, 4, 1): class 2 in 1/9 of draws
+    extra = torch.stack([torch.bincount(labels[class_stratified_indices(labels, 7, 3)],
+                                        minlength=3) for _ in range(3000)]) - 2
+    assert extra.sum(1).eq(1).all()
+    assert extra.float().mean(0).tolist() == pytest.approx([4 / 9, 4 / 9, 1 / 9], abs=0.03)
+    # n=2 < 3 classes: uniform, so both from one class in P = (15+15+3)/105 of draws
+    same = sum(int(labels[class_stratified_indices(labels, 2, 3)].unique().numel() == 1)
+               for _ in range(3000)) / 3000
+    assert same == pytest.approx(33 / 105, abs=0.03)

@@ -181,8 +181,10 @@ def test_bad_hyper_parameters_fail_clearly():
         pall(buffer_size=5)
 
 
-def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning():
-    strategy, bm, _ = pall("vit_t8", epochs=1, model_kwargs=TINY_VIT)
+@pytest.mark.parametrize("retrain_tokens", [True, False])
+def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning(retrain_tokens):
+    strategy, bm, _ = pall("vit_t8", epochs=1, model_kwargs=TINY_VIT,
+                           retrain_tokens=retrain_tokens)
     net = strategy.model.net
     stream = list(RequestStream(bm, seq("L0 L1 U0")))
     initial = snapshot(net.backbone)
@@ -198,6 +200,11 @@ def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning():
     assert not torch.equal(after_1["cls_tokens.1"], after_0["cls_tokens.1"])
     strategy.train(stream[2])                                      # unlearn 0
     after_u = snapshot(net.backbone)
+    assert strategy.request_statistics()["retrained"] > 0          # task 1 retrained
     assert (after_u["pos_embeds.0"] != after_1["pos_embeds.0"]).all()
     assert (after_1["cls_tokens.0"] != 0).all() and (after_u["cls_tokens.0"] == 0).all()
-    assert torch.equal(after_u["pos_embeds.1"], after_1["pos_embeds.1"])  # frozen in retraining
+    # the remaining task's tokens train with the retraining (the reference), or stay frozen
+    for key in ("cls_tokens.1", "pos_embeds.1"):
+        assert torch.equal(after_u[key], after_1[key]) != retrain_tokens, key
+    for key in ("cls_tokens.2", "pos_embeds.4"):                   # no other task's
+        assert torch.equal(after_u[key], after_1[key]), key

@@ -9,12 +9,15 @@ import torch
 from avalanche.training.plugins import GEMPlugin
 from helpers import FAST_CONFIG, TINY_VIT, make_strategy, seq, snapshot
 from sklearn.datasets import load_digits
+from torch import nn
 from torchvision.transforms import v2
 
 from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
+from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import build_model
+from pall_avalanche.rehearsal import class_stratified_indices
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
 
@@ -108,6 +111,38 @@ def test_buffer_stores_one_augmentation_with_the_logits_of_another(method):
     assert same_logits < len(x) // 2                    # ... another one than the stored
 
 
+@pytest.mark.parametrize("method", ["derpp", "pall"])
+def test_buffer_logits_come_from_one_pass_over_the_task_in_training_batches(method):
+    """A backbone normalising with batch statistics also in eval mode (BatchNorm without
+    running statistics, as the paper's ResNets): the stored logits are those of one
+    unshuffled pass over the task's whole training set in batches of the training batch size,
+    not of the stored samples batched on their own (where the last few would be normalised
+    by themselves)."""
+    from pall_avalanche.models import TaskIncrementalNet
+
+    torch.manual_seed(0)
+    bm = build_benchmark("digits", seed=0)
+    backbone = nn.Sequential(nn.Flatten(), nn.Linear(64, 32),
+                             nn.BatchNorm1d(32, affine=False, track_running_stats=False),
+                             nn.ReLU())
+    net = TaskIncrementalNet(backbone, 32, 5, 2)
+    strategy = build_strategy(method, model=net, config={**FAST_CONFIG, "epochs": 1,
+                                                         "buffer_size": 175})
+    strategy.train(bm.train_stream[0])
+    x, _, z = strategy.memory.buffers[0]
+    data = bm.train_stream[0].dataset.train()            # digits: no augmentation
+    every = torch.stack([data[i][0] for i in range(len(data))])
+    batch = FAST_CONFIG["batch_size"]
+    model = strategy.model.eval()
+    with torch.no_grad():
+        full = torch.cat([model(every[i:i + batch], 0) for i in range(0, len(every), batch)])
+        own = torch.cat([model(x[i:i + batch], 0) for i in range(0, len(x), batch)])
+    rows = [int((every == row).flatten(1).all(1).nonzero()[0]) for row in x]
+    assert len(x) % batch == 3                           # a last batch of 3 on its own
+    assert torch.allclose(z, full[rows], atol=1e-6)
+    assert not torch.allclose(z, own, atol=1e-2)
+
+
 @pytest.mark.parametrize("method", REPLAY)
 def test_request_sequence_learns_unlearns_and_deletes_the_buffer(method):
     strategy, bm, evaluation = make_strategy(method)
@@ -194,6 +229,8 @@ def test_derpp_replays_every_learning_minibatch_with_its_own_heads_logits():
 
 
 def test_derpp_replay_loss_by_hand():
+    """β·MSE on a class-stratified mini-batch, then CE on another (the draws'
+    order), per task, averaged over tasks; the draws are class_stratified_indices's."""
     strategy, bm, _ = make_strategy("derpp", epochs=1, lr=0.01)
     for exp in bm.train_stream[:2]:
         strategy.train(exp)
@@ -204,11 +241,12 @@ def test_derpp_replay_loss_by_hand():
     expected = 0.0
     for task in (0, 1):
         x, y, z = memory.buffers[task]
-        ce_index = torch.randperm(20)[:5]
+        mse_index = class_stratified_indices(y, 5, 2)      # labels 0, 1: their own indices
+        mse = ((net(x[mse_index], task) - z[mse_index]) ** 2).mean()
+        ce_index = class_stratified_indices(y, 5, 2)
         log_p = torch.log_softmax(net(x[ce_index], task), dim=1)
         ce = -log_p[torch.arange(5), y[ce_index]].mean()
-        mse_index = torch.randperm(20)[:5]
-        mse = ((net(x[mse_index], task) - z[mse_index]) ** 2).mean()
+        assert sorted(torch.bincount(y[ce_index]).tolist()) == [2, 3]   # 2 + 2, then 1 more
         expected = expected + 1.0 * ce + 0.5 * mse
     assert torch.allclose(loss, expected / 2)
 

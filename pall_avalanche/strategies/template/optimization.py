@@ -96,12 +96,13 @@ class Optimization:
         :param param_groups: the optimizer's parameter groups.
         :param n_iters: the number of steps.
         :param loss: computes the loss of one step (draws its own minibatch).
-        :param trainable: float 0/1 tensors shaped like the parameters of ``param_groups`` (in
+        :param trainable: float 0/1 tensors shaped like the parameters of the first group (in
             order): only their 1-entries change, and weight decay moves to the gradient (give
-            those groups ``weight_decay=0``). ``None``: every entry is trained.
+            that group ``weight_decay=0``); the other groups train every entry with their own
+            hyper-parameters. ``None``: every entry is trained.
         :raises DivergedError: a step's loss was not finite (checked once, after the loop).
         """
-        params = [p for group in param_groups for p in group["params"]]
+        params = list(param_groups[0]["params"])
         optimizer = self.fresh_optimizer(param_groups)
         self.model.train()
         finite = None
