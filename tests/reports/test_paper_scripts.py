@@ -523,6 +523,22 @@ def test_retrained_stats_reach_the_record(tmp_path):
     assert f"| # total params: d | {d:,} |" in markdown
 
 
+def test_scalability_runs_pall_with_ten_retraining_steps(tmp_path):
+    """Table A6 (and Fig. A1) use N_f = 10 for PALL (Table 2's caption); the other methods
+    keep the configuration's N_f, and an explicit N_f wins."""
+    module = _script("table_scalability")
+    base = [*TINY, "--methods", "derpp,pall", "--n-unlearn-grid", "1"]
+    for extra, expected in (([], 10), (["--n-retrain-iters", "5"], 5),
+                            (["--set", "methods.pall.n_retrain_iters=7"], 7)):
+        out = tmp_path / f"res{expected}"
+        module.main([*base, *extra, "--out", str(out), "--report-dir", str(tmp_path)])
+        records = {json.loads(p.read_text())["method"]: json.loads(p.read_text())
+                   for p in out.rglob("seed0.json")}
+        assert records["pall"]["config"]["n_retrain_iters"] == expected
+        assert records["derpp"]["config"]["n_retrain_iters"] == (5 if extra[:1] == [
+            "--n-retrain-iters"] else 50)
+
+
 def test_report_module_cli(tmp_path):
     _script("table_nf").main([*TINY, "--nf", "0", "5", "--out", str(tmp_path / "res"),
                               "--report-dir", str(tmp_path)])

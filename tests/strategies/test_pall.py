@@ -107,6 +107,20 @@ def test_unlearning_redraws_exactly_the_forget_set_and_retrains_only_theta_bar(m
     assert changed(seen["redrawn"], after) == theta_bar   # retraining moved exactly θ̄
     assert 0 not in strategy.memory.buffers and 0 not in net.masks
     assert all(0 not in tasks for _, tasks in strategy.ledger.events)
+    # Table A2's two distances, by hand: from the re-drawn values (the paper's) and from the
+    # values before unlearning
+    bools = theta_bar.bools()
+    n = theta_bar.count()
+    by_hand = {key: sum(float((after[name] - start[name])[bools[name]].abs().sum())
+                        for name in after) / n
+               for key, start in (("retrained_mean_abs_change", seen["redrawn"]),
+                                  ("retrained_mean_abs_change_from_learned", before))}
+    stats = strategy.request_statistics()
+    assert stats["retrained"] == n
+    for key, value in by_hand.items():
+        assert stats[key] == pytest.approx(value, rel=1e-6), key
+    assert by_hand["retrained_mean_abs_change"] != pytest.approx(
+        by_hand["retrained_mean_abs_change_from_learned"], rel=1e-3)
 
 
 def test_unlearning_the_latest_task_leaves_other_predictions_unchanged():
