@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from pall_avalanche.catalog import ABLATION_METHODS, BENCHMARK_INFO, METHOD_INFO, TABLE1_METHODS
 from pall_avalanche.config import (
+    AUTO_MIN_RUNS,
     INPUT_PIPELINES,
     THRESHOLD_METHODS,
     apply_overrides,
@@ -145,9 +146,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
     parser.add_argument("--device", default="cpu",
                         help="torch device: cpu, cuda, cuda:N, ... (default cpu)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
-                        help="run the (method, seed) records in N parallel processes "
-                             "(default 1; the records are the same)")
+    parser.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
+                        help="run the (method, seed) records in N parallel processes, each "
+                             "with cores/N torch threads; 'auto' (default): one per CPU core "
+                             f"when at least {AUTO_MIN_RUNS} CPU runs are missing, else 1 "
+                             "(the records are the same)")
     parser.add_argument("--no-checkpoint", dest="checkpoints", action="store_false",
                         help="no per-request checkpoints (by default a killed run resumes "
                              "after its last finished request)")
@@ -174,6 +177,16 @@ def _int_at_least(text: str, low: int) -> int:
     if value < low:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid; give an integer >= {low}")
     return value
+
+
+def _jobs(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _int_at_least(text, 1)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; give an integer >= 1 or "
+                                         "auto") from None
 
 
 def _positive_int(text: str) -> int:

@@ -34,6 +34,7 @@ from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO, SELE
 #: from a non-editable install).
 CONFIG_DIR = Path(str(files("pall_avalanche") / "configs"))
 __all__ = [
+    "AUTO_MIN_RUNS",
     "CONFIG_DIR",
     "CONFIG_KEYS",
     "INPUT_PIPELINES",
@@ -50,6 +51,11 @@ __all__ = [
     "parse_override",
     "resolve_method_config",
 ]
+
+#: With ``jobs="auto"`` a worker process per core is started only when at least this many
+#: records are missing: a worker costs seconds to start (it imports torch and Avalanche), a
+#: digits record about one (:func:`pall_avalanche.runs.pool.resolve_jobs`).
+AUTO_MIN_RUNS = 16
 
 REQUIRED_KEYS = (
     "benchmark", "n_tasks", "model", "n_unlearn", "epochs", "batch_size", "eval_batch_size",

@@ -21,7 +21,7 @@ from avalanche.models import MultiHeadClassifier
 from torch.nn import functional as F
 
 from pall_avalanche.core import UnlearningPlugin
-from pall_avalanche.data.tasks import evaluation_loader
+from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.models import backbones
 
 if TYPE_CHECKING:
@@ -167,9 +167,11 @@ def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int) -> to
 @torch.no_grad()
 def logits_and_features(net: torch.nn.Module, dataset, task: int, batch: int,
                         device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eval-mode logits of every sample of ``dataset`` through ``task``'s head (and mask),
-    in one unshuffled pass in mini-batches of ``batch`` (so a network normalising with batch
-    statistics sees full batches, as the paper's reference computes buffer logits), and the
+    """Eval-mode logits of every sample of ``dataset`` (its training view, augmented where it
+    augments) through ``task``'s head (and mask), in one unshuffled pass in mini-batches of
+    ``batch`` (so a network normalising with batch statistics sees full batches, as the
+    paper's reference computes buffer logits; :func:`~pall_avalanche.data.tasks.
+    unshuffled_batches`), and the
     penultimate features, captured by a hook: the output of the module named ``backbone``,
     else the input of a ``MultiHeadClassifier``; the logits themselves when the network has
     neither. Both come back on ``device``."""
@@ -185,8 +187,8 @@ def logits_and_features(net: torch.nn.Module, dataset, task: int, batch: int,
     was_training = net.training
     net.eval()
     try:
-        logits = torch.cat([net(x.to(device), task)
-                            for x, *_ in evaluation_loader(dataset, batch)])
+        logits = torch.cat([net(x, task) for x, _ in unshuffled_batches(dataset, batch, device,
+                                                                       view="train")])
     finally:
         net.train(was_training)
         if handle is not None:

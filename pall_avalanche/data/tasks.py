@@ -7,7 +7,7 @@ relabelled 0..cpt-1 inside each task; every sample carries its task label, so st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,10 +22,10 @@ from avalanche.benchmarks.utils.flat_data import ConstantSequence
 from avalanche.benchmarks.utils.transform_groups import TransformGroups
 from torch.utils.data import DataLoader, TensorDataset
 
-from pall_avalanche.data.device import BatchPipeline, DeviceImages, device_images_of
+from pall_avalanche.data.device import IDENTITY, BatchPipeline, DeviceImages, device_images_of
 
 __all__ = ["TaskSplit", "class_order_for_seed", "evaluation_loader", "half_members", "half_of_task",
-           "task_incremental_benchmark_from_tensors"]
+           "task_incremental_benchmark_from_tensors", "unshuffled_batches"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,24 @@ def evaluation_loader(dataset, batch_size: int) -> DataLoader:
     ``DataLoader`` draws a seed, which must not move the training's random stream (evaluating
     never changes training)."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=torch.Generator())
+
+
+def unshuffled_batches(dataset, batch_size: int, device: torch.device | str, *,
+                       view: str = "eval") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(x, y)`` batches of ``dataset`` in order, on ``device``, through its evaluation view
+    (``view="eval"``) or its training view (``"train"``: augmented where the dataset
+    augments). From the tensors the dataset carries (``device_images``) when their batches
+    are the view's: always for the evaluation view, for the training view when it does not
+    augment; else from an unshuffled ``DataLoader`` of the view's per-sample transforms
+    (:func:`evaluation_loader`; an augmented view draws its augmentations from torch's
+    default generator, as the per-sample path does)."""
+    source = device_images_of(dataset)
+    if source is not None and (view == "eval" or not source.augmented):
+        yield from source.eval_batches(batch_size, device)
+        return
+    for x, y, *_ in evaluation_loader(dataset.eval() if view == "eval" else dataset.train(),
+                                      batch_size):
+        yield x.to(device), y.to(device)
 
 
 def class_order_for_seed(n_classes: int, seed: int) -> list[int]:
@@ -137,10 +155,13 @@ def task_incremental_benchmark_from_tensors(
     :param eval_transform: per-sample transform of evaluation inputs.
     :param train_per_task: keep only this many (class-balanced, random) training samples per
         task, for reduced CPU runs; ``None`` keeps all.
-    :param batch_pipeline: the training augmentation as a batch operation on the device
-        (``uint8`` training images; :mod:`pall_avalanche.data.device`): each training
-        dataset then carries its images as ``device_images`` and strategies train from them
-        batch by batch; ``None``: per-sample transforms only.
+    :param batch_pipeline: the training augmentation and the evaluation transform as batch
+        operations on the device (``uint8`` images; its normalisation must be
+        ``eval_transform``'s; :mod:`pall_avalanche.data.device`). Every dataset then carries
+        its tensors as ``device_images``: strategies train from them batch by batch and
+        evaluate in batches. ``None``: where no transform applies (``train_transform`` or
+        ``eval_transform`` ``None``), the tensors are carried as they are
+        (:data:`~pall_avalanche.data.device.IDENTITY`), else per-sample transforms only.
     :return: an Avalanche ``CLScenario`` with ``train_stream`` and ``test_stream`` (experience
         t = task t, task label t) and a ``split`` attribute (:class:`TaskSplit`).
     """
@@ -164,6 +185,12 @@ def task_incremental_benchmark_from_tensors(
     for position, cls in enumerate(order):
         remap[cls] = position % cpt
     transforms = TransformGroups({"train": train_transform, "eval": eval_transform})
+    # the tensors' batched views (data.device): the given pipeline (its normalisation is the
+    # evaluation transform), or the inputs as stored where no transform applies
+    pipelines = {"train": batch_pipeline if batch_pipeline is not None
+                 else IDENTITY if train_transform is None else None,
+                 "test": batch_pipeline if batch_pipeline is not None
+                 else IDENTITY if eval_transform is None else None}
     rng = np.random.default_rng([seed, 1])
 
     streams: dict[str, list] = {"train": [], "test": []}
@@ -174,7 +201,7 @@ def task_incremental_benchmark_from_tensors(
             if stream == "train" and train_per_task is not None:
                 idx = idx[_balanced_subsample(y[idx].numpy(), train_per_task, rng)]
             streams[stream].append(_task_dataset(x[idx], remap[y[idx]], t, transforms,
-                                                 batch_pipeline if stream == "train" else None))
+                                                 pipelines[stream]))
 
     benchmark = _task_benchmark(streams["train"], streams["test"])
     benchmark.split = TaskSplit(

@@ -11,6 +11,7 @@ from pall_avalanche.catalog import lazy_names
 
 #: public name → the submodule defining it
 _WHERE = {
+    "RequestEvaluator": "avalanche_metrics",
     "UnlearningMetrics": "avalanche_metrics",
     "request_evaluator": "avalanche_metrics",
     "request_log_of": "avalanche_metrics",

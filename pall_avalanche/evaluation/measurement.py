@@ -27,7 +27,7 @@ from avalanche.models.utils import avalanche_forward
 from torch import nn
 
 from pall_avalanche.core import RequestResult
-from pall_avalanche.data.tasks import evaluation_loader
+from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.evaluation.metrics import model_size_mb
 
 if TYPE_CHECKING:
@@ -51,9 +51,9 @@ def balanced_accuracy(model: nn.Module, dataset, task: int, batch_size: int,
     was_training = model.training
     model.eval()
     predictions, targets = [], []
-    for x, y, *_ in evaluation_loader(dataset, batch_size):
-        predictions.append(avalanche_forward(model, x.to(device), task).argmax(1).cpu())
-        targets.append(y)
+    for x, y in unshuffled_batches(dataset, batch_size, device):
+        predictions.append(avalanche_forward(model, x, task).argmax(1).cpu())
+        targets.append(y.cpu())
     model.train(was_training)
     predicted, target = torch.cat(predictions), torch.cat(targets)
     recalls = [float((predicted[target == c] == c).double().mean()) for c in target.unique()]
@@ -82,8 +82,7 @@ def evaluate_tasks(model: nn.Module, test_stream: Sequence[CLExperience], batch_
         task = exp.task_label   # one task per experience: an int, no per-batch split
         correct = torch.zeros((), dtype=torch.long, device=device)
         total = 0
-        for x, y, _ in evaluation_loader(exp.dataset.eval(), batch_size):
-            x, y = x.to(device), y.to(device)
+        for x, y in unshuffled_batches(exp.dataset, batch_size, device):
             correct += (avalanche_forward(model, x, task).argmax(1) == y).sum()
             total += len(y)
         accuracies.append(100.0 * int(correct) / total)

@@ -21,7 +21,7 @@ from pall_avalanche.core import DivergedError
 from pall_avalanche.data import check_benchmark
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.engine import RunOptions, run_and_write
-from pall_avalanche.runs.pool import run_in_worker, start_pool
+from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
 from pall_avalanche.runs.records import RecordLock, RunWarning, describe_lock
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
@@ -56,7 +56,7 @@ def _failed(spec: RunSpec, err: BaseException) -> Exception:
 def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                     out_dir: str | Path, *, requests: RequestSequence | list | None = None,
                     device: str | torch.device = "cpu", show_progress: bool = True,
-                    jobs: int = 1, checkpoints: bool = True,
+                    jobs: int | str = 1, checkpoints: bool = True,
                     wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
                     train_seed_offset: int | None = None,
                     stats: dict[str, int] | None = None, benchmark: Any = None) -> list[dict]:
@@ -78,7 +78,9 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     :param show_progress: progress bars.
     :param jobs: run the missing records in this many parallel processes (spawned; each uses
         ``max(1, cpu_count // jobs)`` torch threads and, with ``device="cuda"`` on a machine
-        with several GPUs, its own GPU). The records are the same as with 1.
+        with several GPUs, its own GPU), or ``"auto"``: one per core for CPU runs when many
+        records are missing (:func:`~pall_avalanche.runs.pool.resolve_jobs`). The records are
+        the same as with 1.
     :param checkpoints: checkpoint every run after each request next to its record and resume
         from such a checkpoint (:func:`run_record`); ``False``: neither.
     :param wandb: W&B settings: one W&B run per new record (reused records are not logged
@@ -98,8 +100,9 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         (``jobs=1``: a spawned worker would not have it; register a builder with
         :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs={jobs!r} is invalid; it must be an integer >= 1")
+    resolve_jobs(jobs, 0, device)                   # a bad value is refused before anything
+    if benchmark is not None and jobs == "auto":
+        jobs = 1                                    # a benchmark object runs in this process
     repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if repeated:
         raise ValueError(f"seeds {repeated} are given more than once; give each seed once")
@@ -117,7 +120,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
 
 
 def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
-              device: str | torch.device = "cpu", show_progress: bool = True, jobs: int = 1,
+              device: str | torch.device = "cpu", show_progress: bool = True,
+              jobs: int | str = 1,
               checkpoints: bool = True, wandb: WandbSettings | None = None,
               probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None,
               skip_diverged: bool = False) -> list[dict]:
@@ -237,12 +241,13 @@ class _Progress:
 
 def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                  usable: Callable[[dict | None], bool],
-                 arguments: Callable[[RunSpec, bool], tuple], *, jobs: int,
+                 arguments: Callable[[RunSpec, bool], tuple], *, jobs: int | str,
                  show_progress: bool, device: str | torch.device = "cpu",
                  skip_diverged: bool = False) -> dict[RunSpec, dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
+    jobs = resolve_jobs(jobs, len(missing), device)
     done: dict[RunSpec, dict] = {}
     todo = list(missing)
     held: dict[RunSpec, RecordLock] = {}

@@ -135,8 +135,7 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     return ScriptRun(args, methods, config, seeds, requests, command, explicit)
 
 
-def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
-             progress: Callable[[str], None] | None = None) -> list[dict]:
+def run_grid(points: Sequence[GridPoint], run: ScriptRun) -> list[dict]:
     """Run (or reuse) every record of ``points`` × methods × seeds and return them in that
     order, each a copy with ``"point"`` (the label) and ``"point_overrides"`` added.
 
@@ -147,7 +146,6 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
 
     :param points: the sweep.
     :param run: the parsed invocation (configuration, seeds, device, ``--out``).
-    :param progress: called with each point's label before it runs.
     """
     labels = [p.label for p in points]
     if len(set(labels)) != len(labels):
@@ -182,14 +180,12 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun, *,
         options["wandb"] = replace(options["wandb"], group=group)
     from pall_avalanche.runs.batch import run_specs  # torch: only once something runs
 
-    records = []
-    for point, specs in planned:
-        if progress is not None:
-            progress(point.label)
-        for record in run_specs(specs, run.args.out, group=group, stats=run.stats, **options):
-            records.append({**record, "point": point.label,
-                            "point_overrides": dict(point.overrides)})
-    return records
+    # one batch of runs for the whole grid (one pool of workers with --jobs), each run once
+    unique = list(dict.fromkeys(spec for _, specs in planned for spec in specs))
+    computed = dict(zip(unique, run_specs(unique, run.args.out, group=group, stats=run.stats,
+                                          **options), strict=True))
+    return [{**computed[spec], "point": point.label, "point_overrides": dict(point.overrides)}
+            for point, specs in planned for spec in specs]
 
 
 def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:

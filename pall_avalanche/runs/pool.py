@@ -20,12 +20,31 @@ from typing import Any
 
 import torch
 
+from pall_avalanche.config import AUTO_MIN_RUNS
 from pall_avalanche.extensions import load_plugins, loaded_plugins
 from pall_avalanche.runs.engine import run_and_write
 from pall_avalanche.runs.records import RunWarning, write_json_atomic
 
-__all__ = ["ensure_avalanche_config", "init_worker", "run_in_worker", "start_pool",
-           "worker_device"]
+__all__ = ["ensure_avalanche_config", "init_worker", "resolve_jobs",
+           "run_in_worker", "start_pool", "worker_device"]
+
+
+def resolve_jobs(jobs: int | str, missing: int, device: str | torch.device) -> int:
+    """The worker processes for ``missing`` records: ``jobs`` itself, or for ``"auto"`` one
+    per CPU core the process may use when the runs train on the CPU and at least
+    :data:`AUTO_MIN_RUNS` are missing (else 1: in this process; a GPU run uses one process
+    unless told otherwise).
+
+    :raises ValueError: ``jobs`` is neither an integer >= 1 nor ``"auto"``.
+    """
+    if jobs == "auto":
+        if torch.device(device).type != "cpu" or missing < AUTO_MIN_RUNS:
+            return 1
+        affinity = getattr(os, "sched_getaffinity", None)
+        return max(1, len(affinity(0)) if affinity else os.cpu_count() or 1)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} is invalid; it must be an integer >= 1 or 'auto'")
+    return jobs
 
 
 def worker_device(device: str | torch.device, ordinal: int, n_visible: int) -> str:

@@ -1,7 +1,7 @@
-"""The device-resident input path of the image benchmarks: datasets carry their uint8 images,
-the loader draws every sample once per pass with its own label, repeats under a seed, hands
-nothing to the host, and strategies train from it while buffers and evaluation keep the
-per-sample path."""
+"""The device-resident input path: datasets carry their tensors (the image benchmarks' uint8
+images, digits' inputs as they are), the loader draws every sample once per pass with its own
+label in the order Avalanche's loader would, repeats under a seed, hands nothing to the host,
+and strategies train from it; evaluation reads the same batches as the per-sample path."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pall_avalanche.data.device import (
     DeviceImages,
     device_images_of,
 )
-from pall_avalanche.data.tasks import half_of_task
+from pall_avalanche.data.tasks import evaluation_loader, half_of_task, unshuffled_batches
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
 from pall_avalanche.strategies import METHODS, build_strategy
@@ -58,7 +58,53 @@ def test_train_datasets_carry_their_images_on_every_view(numbered):
             x, y, _ = plain[i]
             assert int(y) == int(source.targets[i])
             assert int(identity_of(x[None])[0]) == int(source.images[i, 0, 0, 0])
-    assert all(device_images_of(exp.dataset) is None for exp in numbered.test_stream)
+    for exp in numbered.test_stream:               # the test sets: their evaluation view
+        source = device_images_of(exp.dataset)
+        assert source is not None and len(source) == len(exp.dataset)
+
+
+@pytest.mark.parametrize("kind", ["cifar10", "digits"])
+def test_evaluation_batches_are_the_per_sample_paths(kind, tmp_path):
+    """The batches evaluation reads from the tensors equal an unshuffled DataLoader of the
+    per-sample evaluation view, value for value (the test sets, and a training set's
+    evaluation view for the learning checks; digits' training view too: no augmentation)."""
+    if kind == "cifar10":
+        write_cifar10(tmp_path, train_per_class=6, test_per_class=3)
+        bm = build_benchmark("cifar10", seed=0, data_root=tmp_path, download=False)
+    else:
+        bm = build_benchmark("digits", seed=0)
+    views = [(exp.dataset, "eval") for exp in (bm.test_stream[1], bm.train_stream[2])]
+    if kind == "digits":
+        views.append((bm.train_stream[2].dataset, "train"))
+    for dataset, view in views:
+        fast = list(unshuffled_batches(dataset, 7, "cpu", view=view))
+        plain = dataset.eval() if view == "eval" else dataset.train()
+        slow = [(x, y) for x, y, _ in evaluation_loader(plain, 7)]
+        assert len(fast) == len(slow)
+        for (a, y_a), (b, y_b) in zip(fast, slow, strict=True):
+            assert torch.equal(a, b) and torch.equal(y_a, y_b)
+
+
+def test_the_training_order_is_avalanches_loaders_sample_for_sample():
+    """On CPU a pass draws from torch's generator what Avalanche's task-balanced loader draws
+    (the loader's base seed, then the sampler's), so the batches are the same, in the same
+    order, and the generator ends in the same state."""
+    from avalanche.benchmarks.utils.data_loader import TaskBalancedDataLoader
+
+    bm = build_benchmark("digits", seed=0)
+    dataset = bm.train_stream[1].dataset.train()
+    torch.manual_seed(11)
+    theirs = [[t.clone() for t in batch]
+              for batch in TaskBalancedDataLoader(dataset, oversample_small_groups=True,
+                                                  batch_size=32, shuffle=True)]
+    after = torch.get_rng_state()
+    torch.manual_seed(11)
+    ours = list(DeviceBatchLoader(device_images_of(dataset), 32, "cpu"))
+    assert torch.equal(torch.get_rng_state(), after)
+    assert len(ours) == len(theirs) == -(-len(dataset) // 32)
+    for mine, other in zip(ours, theirs, strict=True):
+        for a, b in zip(mine, other, strict=True):
+            assert torch.equal(a, b) and a.dtype == b.dtype
 
 
 def test_a_pass_draws_every_sample_once_with_its_label(numbered):

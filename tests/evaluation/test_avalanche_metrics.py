@@ -140,3 +140,46 @@ def test_evaluating_never_changes_training(method):
     plain, watched = run(False), run(True)
     for request, (a, b) in enumerate(zip(plain, watched, strict=True)):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), request
+
+
+class PerIterationCount(UnlearningPlugin):
+    """A logger that acts on every training iteration (as Avalanche's interactive one does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.iterations = 0
+        self.logged: list[str] = []
+
+    def log_metrics(self, metric_values) -> None:
+        self.logged += [f"{v.name}@{v.x_plot}={v.value}" for v in metric_values]
+
+    def after_training_iteration(self, strategy, metric_values, **kwargs) -> None:
+        self.iterations += 1
+
+
+def test_the_request_evaluator_gives_metrics_and_loggers_what_avalanches_gives():
+    """Skipping the events nobody acts on changes nothing a metric or logger receives: the
+    same values in the same order (wall times aside), a per-iteration metric and a
+    per-iteration logger served."""
+    from pall_avalanche.evaluation import RequestEvaluator
+
+    seen = {}
+    for make in (EvaluationPlugin, RequestEvaluator):
+        torch.manual_seed(0)
+        bm = build_benchmark("digits", seed=0, train_per_task=60)
+        model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5,
+                            classes_per_task=2)
+        logger = PerIterationCount()
+        evaluator = make(accuracy_metrics(minibatch=True, experience=True),
+                         *unlearning_metrics(bm.test_stream, eval_mb_size=64), loggers=[logger])
+        strategy = DERpp(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                         buffer_size=50, n_retrain_iters=2, train_mb_size=32, train_epochs=1,
+                         eval_mb_size=64, evaluator=evaluator)
+        for exp in RequestStream(bm, seq("L0 L1 U0")):
+            strategy.train(exp)
+        steps = 2 * -(-60 // 32)
+        assert logger.iterations == steps
+        assert sum("Top1_Acc_MB" in line for line in logger.logged) == steps
+        assert sum("UnlearningMetrics/A_l" in line for line in logger.logged) == 3
+        seen[make] = [line for line in logger.logged if "request_seconds" not in line]
+    assert seen[EvaluationPlugin] == seen[RequestEvaluator]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 
 import numpy as np
@@ -21,8 +22,10 @@ from pall_avalanche.checkpoint import (
     save_checkpoint,
 )
 from pall_avalanche.cli import add_run_arguments, run_options
+from pall_avalanche.config import AUTO_MIN_RUNS
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
+from pall_avalanche.runs.pool import resolve_jobs
 from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import UnlearningPlugin
 
@@ -156,9 +159,16 @@ def test_rng_state_round_trip(tmp_path):
 
 
 def test_jobs_give_the_same_records_and_checkpoints_are_removed(tmp_path):
+    """Two workers give the records of one process with the workers' torch threads (the
+    thread count changes how reductions round: documented in REPRODUCIBILITY.md)."""
     methods, seeds = ["sequential", "pall"], [0, 1]
-    serial = run_experiments(methods, seeds, CONFIG, tmp_path / "serial", requests=REQUESTS,
-                             show_progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))     # a worker's, with jobs=2
+    try:
+        serial = run_experiments(methods, seeds, CONFIG, tmp_path / "serial",
+                                 requests=REQUESTS, show_progress=False)
+    finally:
+        torch.set_num_threads(threads)
     parallel = run_experiments(methods, seeds, CONFIG, tmp_path / "parallel", requests=REQUESTS,
                                show_progress=False, jobs=2)
     assert [(r["method"], r["seed"]) for r in parallel] == [(m, s) for m in methods
@@ -202,9 +212,21 @@ def test_cli_jobs_and_no_checkpoint_flags():
     options = run_options(parser.parse_args(["--jobs", "3", "--no-checkpoint", "--quiet"]))
     assert {k: options[k] for k in ("device", "show_progress", "jobs", "checkpoints")} == {
         "device": "cpu", "show_progress": False, "jobs": 3, "checkpoints": False}
-    assert run_options(parser.parse_args([]))["jobs"] == 1
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--jobs", "0"])
+    assert run_options(parser.parse_args([]))["jobs"] == "auto"
+    for bad in ("0", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--jobs", bad])
+
+
+def test_auto_jobs_start_a_worker_per_core_only_for_many_cpu_runs():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert resolve_jobs("auto", AUTO_MIN_RUNS, "cpu") == cores
+    assert resolve_jobs("auto", AUTO_MIN_RUNS - 1, "cpu") == 1      # start-up would not pay
+    assert resolve_jobs("auto", 10 * AUTO_MIN_RUNS, "cuda") == 1     # a GPU: one process
+    assert resolve_jobs(3, 1, "cpu") == 3
+    for bad in (0, "many", True):
+        with pytest.raises(ValueError, match=r"jobs=.* must be an integer >= 1 or 'auto'"):
+            resolve_jobs(bad, 1, "cpu")
 
 
 def test_workers_take_the_visible_gpus_round_robin():
