@@ -22,6 +22,8 @@ from typing import Any
 
 __all__ = [
     "ABLATION_METHODS",
+    "AUDIT_CONTROL",
+    "AUDIT_LEAKS",
     "AUDIT_REQUESTS",
     "AUDIT_FOLDS",
     "AUDIT_REFERENCE_SEED_OFFSET",
@@ -268,6 +270,31 @@ TABLE1_ALPHAS = (0.05, 0.1, 0.2)
 #: The ablation methods (ER (Retraining), the independent sparse subnetworks).
 ABLATION_METHODS = ("er_retrain", "static_sparse", "dynamic_sparse")
 
+# Audit-only PALL variants that leak a known part of D^t (pall_avalanche.audit.leaky): the
+# exactness audit's positive control and its dose-response. Inexact by construction; no table
+# of the paper runs them.
+_LEAKY = "pall_avalanche.audit.leaky:LeakyPALL"
+_LEAK_RANGE = {"leak_fraction": (0.0, 1.0)}
+register_method("pall_no_unlearning", _LEAKY, exact=False, label="PALL, no unlearning (control)",
+                params=_PALL, optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE,
+                config={"leak": "everything", "leak_fraction": 1.0}, ranges=_LEAK_RANGE)
+for _percent in (100, 50, 25, 10):
+    register_method(f"pall_leak_redraw_{_percent}", _LEAKY, exact=False,
+                    label=f"PALL keeping {_percent} % of what t trained", params=_PALL,
+                    optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE, ranges=_LEAK_RANGE,
+                    config={"leak": "redraw", "leak_fraction": _percent / 100})
+for _leak, _what in (("body", "m̄_t (t's head re-drawn)"), ("head", "t's head"),
+                     ("buffer", "B^t in retraining")):
+    register_method(f"pall_leak_{_leak}", _LEAKY, exact=False, label=f"PALL keeping {_what}",
+                    params=_PALL, optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE,
+                    ranges=_LEAK_RANGE, config={"leak": _leak, "leak_fraction": 1.0})
+#: The audit's positive control: PALL whose unlearning changes nothing.
+AUDIT_CONTROL = "pall_no_unlearning"
+#: The audit's leaky PALL variants: the dose-response (a fraction of what t trained kept,
+#: largest first), then one channel each.
+AUDIT_LEAKS = ("pall_leak_redraw_100", "pall_leak_redraw_50", "pall_leak_redraw_25",
+               "pall_leak_redraw_10", "pall_leak_body", "pall_leak_head", "pall_leak_buffer")
+
 
 @dataclass(frozen=True)
 class BenchmarkInfo:
@@ -383,3 +410,6 @@ AUDIT_REQUESTS = ("L0", "L1", "L2", "L3", "U1", "L4")
 AUDIT_REFERENCE_SEED_OFFSET = 100_000
 #: Folds of the audit's cross-validated distinguisher (at least this many seeds).
 AUDIT_FOLDS = 5
+#: Permutations per test of the audit: the smallest p-value is 1 / (N + 1) ≈ 0.0005, small
+#: enough for Holm's correction over a report's tests (:mod:`pall_avalanche.audit.permutation`).
+AUDIT_PERMUTATIONS = 2000

@@ -50,8 +50,8 @@ __all__ = [
 #: from the training's random stream, so a run resumed across that change would mix two;
 #: plugin state keyed by the plugin's class, not its position; 4: the request log is kept by
 #: the evaluator's metric only, not also by a plugin of its own; 5: buffers and mnemonic codes
-#: keep their task's classes, any class ids).
-CHECKPOINT_FORMAT = 5
+#: keep their task's classes, any class ids; 6: buffers keep their samples' dataset indices).
+CHECKPOINT_FORMAT = 6
 _KIND = "__kind__"
 #: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
 #: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),

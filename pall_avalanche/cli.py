@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pall_avalanche.catalog import ABLATION_METHODS, BENCHMARK_INFO, METHOD_INFO, TABLE1_METHODS
+from pall_avalanche.catalog import (
+    ABLATION_METHODS,
+    AUDIT_CONTROL,
+    AUDIT_LEAKS,
+    BENCHMARK_INFO,
+    METHOD_INFO,
+    TABLE1_METHODS,
+)
 from pall_avalanche.config import (
     AUTO_MIN_RUNS,
     INPUT_PIPELINES,
@@ -91,7 +98,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "the configuration of the benchmark it names)")
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
-                             "'ablations' (er_retrain, static_sparse, dynamic_sparse); "
+                             "'ablations' (er_retrain, static_sparse, dynamic_sparse), 'leaks' "
+                             "(the audit's positive control and leaky PALL variants); "
                              f"available methods: {', '.join(METHOD_INFO)} (default: "
                              "%(default)s)")
     parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
@@ -242,12 +250,14 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
             "checkpoints": args.checkpoints, "wandb": WandbSettings.from_args(args)}
 
 
-METHOD_GROUPS = {"all": TABLE1_METHODS, "ablations": ABLATION_METHODS}
+METHOD_GROUPS = {"all": TABLE1_METHODS, "ablations": ABLATION_METHODS,
+                 "leaks": (AUDIT_CONTROL, *AUDIT_LEAKS)}
 
 
 def parse_methods(text: str) -> list[str]:
     """A comma-separated list of registered method names and groups (``all``: Table 1's
-    methods; ``ablations``: ER (Retraining) and the sparse subnetworks), without repeats."""
+    methods; ``ablations``: ER (Retraining) and the sparse subnetworks; ``leaks``: the
+    exactness audit's instruments), without repeats."""
     methods: list[str] = []
     names = [m.strip() for m in text.split(",") if m.strip()]
     for name in names:

@@ -248,7 +248,7 @@ class EpisodicMemory(UnlearningPlugin):
         ``confidence``, ``logit_distance``: Table A3), scored with the model just trained.
     """
 
-    checkpoint_attributes = ("buffers", "classes")
+    checkpoint_attributes = ("buffers", "classes", "indices")
 
     def __init__(self, *, buffer_size: int, n_tasks: int | None,
                  classes_per_task: int | None = None, store_logits: bool = True,
@@ -274,6 +274,9 @@ class EpisodicMemory(UnlearningPlugin):
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
         #: task → its classes (sorted label values), on the buffer's device.
         self.classes: dict[int, torch.Tensor] = {}
+        #: task → the positions in its training dataset of the stored samples (CPU; the
+        #: exactness audit attacks buffer members against the task's other samples).
+        self.indices: dict[int, torch.Tensor] = {}
 
     def share(self) -> int:
         """The samples the next task's buffer gets (module docstring, "Capacity")."""
@@ -285,7 +288,9 @@ class EpisodicMemory(UnlearningPlugin):
         chosen uniformly at random (it never gains any)."""
         for task, (x, y, z) in self.buffers.items():
             if len(x) > size:
-                keep = select_exemplars(y.cpu(), size).to(x.device)
+                keep = select_exemplars(y.cpu(), size)
+                self.indices[task] = self.indices[task][keep]
+                keep = keep.to(x.device)
                 self.buffers[task] = (x[keep], y[keep], None if z is None else z[keep])
 
     @torch.no_grad()
@@ -314,6 +319,7 @@ class EpisodicMemory(UnlearningPlugin):
         z = logits[index].to(strategy.device) if self.store_logits else None
         self.buffers[task] = (x, y, z)
         self.classes[task] = classes.to(strategy.device)
+        self.indices[task] = index.cpu()
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         if self.delete_on_unlearning:
@@ -323,6 +329,7 @@ class EpisodicMemory(UnlearningPlugin):
         """Delete B^t."""
         del self.buffers[task]
         del self.classes[task]
+        del self.indices[task]
 
     def draw(self, task: int, n: int) -> torch.Tensor:
         """``n`` class-stratified indices of B^t (:func:`class_stratified_indices`)."""

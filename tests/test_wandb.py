@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from wandb_offline import read_offline_run
 
-from pall_avalanche.config import config_hash
 from pall_avalanche.runs import wandb_logging
 from pall_avalanche.runs.wandb_logging import WandbSettings
 
@@ -52,7 +51,7 @@ def test_offline_table1_run_logs_requests_record_and_table(tmp_path):
                             "--wandb-tags", "a,b", "--wandb-group", "grp"], tmp_path)
     assert code == 0 and set(records) == {"sequential", "pall"}
     runs = offline_runs(tmp_path)
-    names = {m: f"{m}-seed0-{config_hash(r['config'])}" for m, r in records.items()}
+    names = {m: f"{m}-seed0-{r['config_hash']}" for m, r in records.items()}
     assert set(runs) == {*names.values(), "table1_digits"}
     for method, record in records.items():
         folder, run = runs[names[method]]

@@ -1,14 +1,14 @@
-"""The second edition's attack statistics, pure functions of arrays (numpy and scipy only):
-per-example logit-scaled confidences, a per-example Gaussian likelihood-ratio membership
-attack in the style of LiRA / U-LiRA (Carlini et al. 2022, "Membership inference attacks
-from first principles"; Hayes et al. 2025, "Inexact unlearning needs more careful
-evaluations"), ROC summaries with intervals resampling runs and examples, and a relearning
-attack's steps-to-threshold gap."""
+"""The attack statistics, pure functions of arrays (numpy and scipy only): per-example
+logit-scaled confidences, a per-example Gaussian likelihood-ratio membership attack against
+given target runs in the style of LiRA / U-LiRA (Carlini et al. 2022, "Membership inference
+attacks from first principles"; Hayes et al. 2025, "Inexact unlearning needs more careful
+evaluations"; every run left out in turn, all at once and under permutations:
+:func:`pall_avalanche.audit.permutation.lira_loo_scores`), ROC summaries with intervals
+resampling runs and examples, and a relearning attack's steps-to-threshold gap."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from scipy.special import logsumexp
@@ -16,9 +16,8 @@ from scipy.stats import rankdata
 
 from pall_avalanche.audit.statistics import roc_auc, t_interval
 
-__all__ = ["attack_summary", "confidence_features", "lira_cross_scores", "lira_scores",
-           "logit_confidence", "relearning_gap", "roc_curve", "steps_to_threshold",
-           "tpr_at_fpr"]
+__all__ = ["attack_summary", "confidence_features", "lira_scores", "logit_confidence",
+           "relearning_gap", "roc_curve", "steps_to_threshold", "tpr_at_fpr"]
 
 
 # ------------------------------------------------------------------------- confidences
@@ -147,26 +146,6 @@ def lira_scores(features: np.ndarray, member: np.ndarray, targets: Sequence[int]
     x = features[targets]                                           # (K, N, d)
     ratio = (_log_normal(x, mu_in, std_in) - _log_normal(x, mu_out, std_out)).sum(axis=2)
     return np.where(valid[None, :], ratio, 0.0)
-
-
-def lira_cross_scores(features: np.ndarray, member: np.ndarray, n_folds: int, seed: int = 0,
-                      **kw: Any) -> np.ndarray:
-    """(R, N) scores of every run, each scored exactly once: the runs are split into
-    ``n_folds`` groups by a permutation fixed by ``seed`` (``np.array_split``), and each
-    group's runs are scored by :func:`lira_scores` with Gaussians fit on the other groups.
-
-    :param n_folds: number of groups, 2 .. R (R = leave one run out).
-    :param kw: passed to :func:`lira_scores` (``global_variance``, ``min_std``).
-    """
-    features, member = _as_runs(features, member)
-    n_runs = features.shape[0]
-    if not 2 <= n_folds <= n_runs:
-        raise ValueError(f"n_folds must lie in 2..{n_runs} (the number of runs), got {n_folds}")
-    order = np.random.default_rng(seed).permutation(n_runs)
-    scores = np.empty(member.shape, dtype=np.float64)
-    for fold in np.array_split(order, n_folds):
-        scores[fold] = lira_scores(features, member, fold, **kw)
-    return scores
 
 
 # ------------------------------------------------------------------------- ROC

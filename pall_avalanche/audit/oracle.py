@@ -4,20 +4,18 @@ never learned the unlearned task and a reference oracle with other training rand
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from pall_avalanche.audit.attacks import relearning_gap
-from pall_avalanche.audit.provenance import ProvenanceTracker
-from pall_avalanche.audit.relearn import relearning_curves
+from pall_avalanche.audit.leaky import run_sharing_twins
+from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test
+from pall_avalanche.audit.probes import AuditProbe
 from pall_avalanche.audit.statistics import (
-    bootstrap_auc_interval,
-    distinguisher_scores,
     mean_js,
     membership_aucs,
     model_features,
@@ -29,10 +27,9 @@ from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import plan
 from pall_avalanche.runs.wandb_logging import default_group
-from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["AuditProbe", "RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
-           "model_logits", "oracle_sequence", "relearn_threshold", "run_audit", "separated"]
+__all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
+           "not_learned", "oracle_rows", "oracle_sequence", "relearn_threshold", "run_audit"]
 
 #: The relearning attack compares accuracies after this many fine-tuning steps.
 RELEARN_AT_STEP = 10
@@ -55,54 +52,6 @@ def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[in
     return requests.without_tasks(unlearned), unlearned
 
 
-@torch.no_grad()
-def model_logits(strategy: UnlearningTemplate, dataset, n_tasks: int) -> dict[str, list]:
-    """The final model's logits under every head (eval mode, evaluation transform) on every
-    input of ``dataset``, rounded to 5 decimals, with the labels: ``{"logits", "y"}``."""
-    batch = strategy.eval_mb_size or strategy.train_mb_size
-    data = dataset.eval()
-    x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
-    y = [int(data[i][1]) for i in range(len(data))]
-    model = strategy.model
-    model.eval()
-    logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
-                        for h in range(n_tasks)], dim=1)
-    return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
-
-
-class AuditProbe:
-    """Rides along one run (``run_record(..., probe=AuditProbe(tasks))``): its plugin tracks
-    provenance; :meth:`finish` returns the JSON-ready probe of the final model.
-
-    :param tasks: the unlearned tasks whose inputs are probed.
-    :param relearn: also run the relearning attack (the reference oracles' curves are never
-        compared, so they skip it).
-    """
-
-    def __init__(self, tasks: Sequence[int], relearn: bool = True) -> None:
-        self.tasks = list(tasks)
-        self.relearn = relearn
-        self.tracker = ProvenanceTracker()
-        self.plugins = [self.tracker]
-
-    def finish(self, strategy: UnlearningTemplate, benchmark) -> dict[str, Any]:
-        """The final model's logits (every head) on each probed task's training and test
-        inputs, the provenance results and the relearning curves of each probed task
-        (:func:`~pall_avalanche.audit.relearn.relearning_curves`)."""
-        n_tasks = benchmark.split.n_tasks
-        outputs = {str(t): {"train": model_logits(strategy, benchmark.train_stream[t].dataset,
-                                                  n_tasks),
-                            "test": model_logits(strategy, benchmark.test_stream[t].dataset,
-                                                 n_tasks)}
-                   for t in self.tasks}
-        out = {"outputs": outputs, "provenance": self.tracker.results}
-        if self.relearn:
-            out["relearn"] = {str(t): relearning_curves(
-                strategy.model, benchmark.train_stream[t].dataset,
-                benchmark.test_stream[t].dataset, t) for t in self.tasks}
-        return out
-
-
 # ------------------------------------------------------------------------ the audit
 def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_dir: str | Path,
               *, requests: RequestSequence, **options: Any) -> dict[str, list[dict]]:
@@ -116,6 +65,10 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     :param options: ``device``, ``jobs``, ``wandb``, ``show_progress``, ``stats`` of
         :func:`~pall_avalanche.runs.batch.run_specs`; checkpoints are off (the probe's state
         is not checkpointed) and a diverged run is left out (with a warning), not fatal.
+
+    A leaky variant's oracle and reference runs are PALL's
+    (:func:`~pall_avalanche.audit.leaky.run_sharing_twins`: R′ has no unlearning request,
+    the only thing in which they differ).
     """
     if len(seeds) < 2:
         raise ValueError(f"the audit needs at least 2 seeds for its intervals, got {list(seeds)}")
@@ -124,13 +77,18 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     options = {k: v for k, v in options.items() if k != "checkpoints"}
     roles = {"unlearned": (requests, None), "oracle": (oracle, None),
              "reference": (oracle, REFERENCE_SEED_OFFSET)}
-    specs = {role: plan(methods, seeds, config, requests=sequence, train_seed_offset=offset)
+    specs = {role: plan(methods, seeds, config, requests=sequence, train_seed_offset=offset,
+                        modules=[AuditProbe.__module__])
              for role, (sequence, offset) in roles.items()}     # all checked before any runs
-    return {role: run_specs(specs[role], out / role, group=default_group(config),
-                            checkpoints=False, skip_diverged=True,
-                            probe=partial(AuditProbe, unlearned, relearn=role != "reference"),
-                            **options)
-            for role in roles}
+    records = {}
+    for role in roles:
+        run = partial(run_specs, out_dir=out / role, group=default_group(config),
+                      checkpoints=False, skip_diverged=True,
+                      probe=partial(AuditProbe, unlearned, relearn=role != "reference"),
+                      **options)
+        records[role] = run(specs[role]) if role == "unlearned" else run_sharing_twins(
+            specs[role], run)
+    return records
 
 
 def _by_method(records: Sequence[dict]) -> dict[str, dict[int, dict]]:
@@ -138,6 +96,16 @@ def _by_method(records: Sequence[dict]) -> dict[str, dict[int, dict]]:
     for r in records:
         out.setdefault(r["method"], {})[r["seed"]] = r
     return out
+
+
+def not_learned(records: Iterable[Mapping[str, Any]]) -> int:
+    """How many of the records left their first unlearned task at chance right after
+    learning it (its learning check failed)."""
+    count = 0
+    for record in records:
+        task = next(r["task"] for r in record["requests"] if r["kind"] == "unlearn")
+        count += any(c["failed"] for c in record["learning_checks"] if c["task"] == task)
+    return count
 
 
 def _provenance_cell(records: Sequence[dict], key: str) -> str:
@@ -168,6 +136,55 @@ def _relapse(records: Sequence[dict]) -> dict[str, float]:
             "relapse_max": float(max(worst))}
 
 
+def oracle_rows(requests: RequestSequence | Sequence) -> list[tuple[int, int, list[int]]]:
+    """Per unlearning request i of task t in ``requests`` (R): (t, the row of the oracle's
+    accuracy matrix aligned with R's row i, the oracle rows aligned with R's later rows up
+    to a relearning of t). The oracle sequence R′ is R without every request of an unlearned
+    task (:func:`oracle_sequence`): its rows are R's rows of the requests it keeps, and a row
+    of R is aligned with the row of the last kept request at or before it."""
+    requests = list(requests)
+    removed = {int(r.task) for r in requests if r.kind != "learn"}
+    kept = [j for j, r in enumerate(requests) if int(r.task) not in removed]
+    position = {j: k for k, j in enumerate(kept)}
+    out = []
+    for i, r in enumerate(requests):
+        if r.kind == "learn":
+            continue
+        task = int(r.task)
+        aligned = [position[j] for j in kept if j <= i]
+        later = []
+        for j in range(i + 1, len(requests)):
+            if requests[j].kind == "learn" and int(requests[j].task) == task:
+                break
+            if j in position:
+                later.append(position[j])
+        if aligned and later:
+            out.append((task, aligned[-1], later))
+    return out
+
+
+def _reference_relapse(oracles: Sequence[dict], unlearned: dict) -> dict[str, float]:
+    """Relapse's reference: the same statistic on the oracles' accuracy of each unlearned
+    task t (never learned in R′) over the rows aligned with R's rows after t's unlearning
+    (:func:`oracle_rows`), clipped below at 0; mean over seeds with a Student-t interval and
+    the worst record (``relapse_oracle``, ``_low``, ``_high``, ``_max``): how far t's
+    accuracy wanders with nothing to relapse to."""
+    requests = RequestSequence(unlearned["requests"], len(unlearned["accuracy"][0]))
+    rows = oracle_rows(requests)
+    means, worst = [], []
+    for record in oracles:
+        acc = np.asarray(record["accuracy"], dtype=np.float64)
+        rises = [max(0.0, float(acc[later, t].max() - acc[at, t])) for t, at, later in rows]
+        if rises:
+            means.append(float(np.mean(rises)))
+            worst.append(max(rises))
+    if len(means) < 2:
+        return {}
+    mean, low, high = t_interval(means)
+    return {"relapse_oracle": mean, "relapse_oracle_low": low, "relapse_oracle_high": high,
+            "relapse_oracle_max": float(max(worst))}
+
+
 def _relearning(unlearned: Sequence[dict], oracles: Sequence[dict], tasks: Sequence[int],
                 cpt: int) -> dict[str, float]:
     """The relearning attack's gaps, unlearned against oracle of the same seed, for every
@@ -189,12 +206,14 @@ def relearn_threshold(classes_per_task: int) -> float:
     return (100 / classes_per_task + 100) / 2
 
 
-def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> list[dict]:
+def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
+               n_permutations: int = N_PERMUTATIONS) -> list[dict]:
     """One row of measurements per method (see the module docstring), in ``methods`` order; a
     method left with fewer than 2 seeds of all three roles (its runs diverged) gets only
     ``method`` and ``seeds``.
 
     :param runs: :func:`run_audit`'s records by role.
+    :param n_permutations: permutations of Eq. 1's test.
     """
     by_role = {role: _by_method(records) for role, records in runs.items()}
     rows = []
@@ -217,10 +236,10 @@ def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> li
                                                     head_only))
                         labels.append(label)
                         groups.append(s)
-            labels_arr, groups_arr = np.array(labels), np.array(groups)
-            scores = distinguisher_scores(np.array(feats), labels_arr, groups_arr)
-            row[name], row[f"{name}_low"], row[f"{name}_high"] = bootstrap_auc_interval(
-                scores, labels_arr, groups_arr)
+            test = eq1_test(np.array(feats), np.array(labels), np.array(groups),
+                            n_permutations=n_permutations)
+            row[name], row[f"{name}_p"], row[f"{name}_upper"] = (test["auc"], test["p"],
+                                                                  test["upper"])
         js_gap, mia_loss, mia_feat = [], [], []
         for s in seeds:
             outs = {role: d[s]["probe"]["outputs"] for role, d in
@@ -236,9 +255,11 @@ def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]) -> li
                              ("mia_feature_gap", mia_feat)):
             row[name], row[f"{name}_low"], row[f"{name}_high"] = t_interval(values)
         records = [unl[s] for s in seeds]
+        row["not_learned"] = not_learned(records)
         row["provenance"] = _provenance_cell(records, "direct_pass")
         row["provenance_strict"] = _provenance_cell(records, "strict_pass")
         row.update(_relapse(records))
+        row.update(_reference_relapse([ora[s] for s in seeds], records[0]))
         row.update(_relearning(records, [ora[s] for s in seeds], tasks, cpt))
         a_l = [r["metrics"]["A_l"] for r in records if r["metrics"]["A_l"] is not None]
         row["A_l"], row["A_l_std"] = float(np.mean(a_l)), float(np.std(a_l, ddof=1))
@@ -252,9 +273,3 @@ def interval_cell(row: Mapping[str, Any], name: str, digits: int = 3) -> str:
     """``"0.512 [0.40, 0.63]"``: a measurement with its interval."""
     return (f"{row[name]:.{digits}f} [{row[name + '_low']:.{digits}f}, "
             f"{row[name + '_high']:.{digits}f}]")
-
-
-def separated(row: Mapping[str, Any], name: str, null: float) -> bool:
-    """Whether the interval of ``name`` excludes the null value (0.5 for AUCs, 0 for gaps)."""
-    return not row[f"{name}_low"] <= null <= row[f"{name}_high"]
-

@@ -12,15 +12,19 @@ Per target example and run, the statistic is the logit-scaled confidence of its 
 t's head and under the head of every task learned after t
 (:func:`~pall_avalanche.audit.attacks.confidence_features`: the weaker channels of PALL run
 through later tasks). Every run is attacked with Gaussians fitted on the other runs where the
-example was IN and where it was OUT (leave-one-run-out,
-:func:`~pall_avalanche.audit.attacks.lira_cross_scores`), and the likelihood ratios of all
+example was IN and where it was OUT (leave one run out,
+:func:`~pall_avalanche.audit.permutation.lira_loo_scores`), and the likelihood ratios of all
 runs and examples give the ROC (AUC, TPR at 1 % and 0.1 % FPR, intervals resampling runs and
-examples).
-At task level, each run's own IN examples against its OUT examples give one AUC per run
-(their mean, with the same two-way bootstrap interval: the runs share their examples, so
-they are not independent): 0.5 when the model says nothing about which half it saw.
-An exact method sits on the diagonal. The same attack against oracle runs (R′: t never
-learned, membership drawn the same way) is the control: it must sit on the diagonal too.
+examples). At task level, each run's own IN examples against its OUT examples give one AUC
+per run (their mean): 0.5 when the model says nothing about which half it saw.
+
+The same attack against oracle runs (R′: t never learned, membership drawn the same way) is
+the control. Each attack's permutation null shuffles every example's memberships across the
+runs and refits (:func:`~pall_avalanche.audit.permutation.membership_test`); the attack is
+compared with its control through the difference of their AUCs, whose null comes from the
+same permutations of both (the runs share their memberships). An exact method's difference
+stays within its null. KLoM and the retained-set exposure
+(:mod:`~pall_avalanche.audit.exposure`) read the same runs.
 """
 
 from __future__ import annotations
@@ -32,8 +36,17 @@ from typing import Any
 
 import numpy as np
 
-from pall_avalanche.audit.attacks import attack_summary, confidence_features, lira_cross_scores
-from pall_avalanche.audit.oracle import model_logits, oracle_sequence
+from pall_avalanche.audit.attacks import attack_summary, confidence_features
+from pall_avalanche.audit.exposure import klom_figures, retained_figures
+from pall_avalanche.audit.leaky import run_sharing_twins
+from pall_avalanche.audit.oracle import not_learned, oracle_sequence
+from pall_avalanche.audit.permutation import (
+    N_PERMUTATIONS,
+    membership_test,
+    p_value,
+    upper_bound,
+)
+from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import plan
@@ -44,24 +57,6 @@ __all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows", "
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
 SHADOW_TRAIN_SEED_OFFSET = 200_000
-
-
-class ShadowProbe:
-    """Rides along a shadow run: :meth:`finish` returns the final model's logits (every head)
-    on the whole training set of the halved task and which of its examples were trained on.
-
-    :param task: the audited (halved) task.
-    """
-
-    def __init__(self, task: int) -> None:
-        self.task = task
-        self.plugins: list = []
-
-    def finish(self, strategy, benchmark) -> dict[str, Any]:
-        return {"task": self.task,
-                "targets": model_logits(strategy, benchmark.audit_targets,
-                                        benchmark.split.n_tasks),
-                "members": list(benchmark.split.shadow["members"])}
 
 
 def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any],
@@ -92,10 +87,12 @@ def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any
         specs = [spec for i in range(n_shadows)
                  for spec in plan(methods, [seed], config, requests=sequence,
                                   overrides=[("shadow_task", task), ("shadow_seed", i)],
-                                  train_seed_offset=SHADOW_TRAIN_SEED_OFFSET + i)]
-        records[role] = run_specs(specs, out / role, group=default_group(config),
-                                  checkpoints=False, probe=partial(ShadowProbe, task),
-                                  skip_diverged=True, **options)
+                                  train_seed_offset=SHADOW_TRAIN_SEED_OFFSET + i,
+                                  modules=[ShadowProbe.__module__])]
+        run = partial(run_specs, out_dir=out / role, group=default_group(config),
+                      checkpoints=False, probe=partial(ShadowProbe, task), skip_diverged=True,
+                      **options)
+        records[role] = run(specs) if role == "unlearned" else run_sharing_twins(specs, run)
     return records
 
 
@@ -105,10 +102,8 @@ def _later_tasks(record: Mapping[str, Any], task: int) -> list[int]:
     return order[order.index(task) + 1:] if task in order else order
 
 
-def attack(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int]:
-    """The per-example attack and the task-level IN/OUT AUC over one method's shadow runs of
-    one role (module docstring): :func:`~pall_avalanche.audit.attacks.attack_summary`'s keys
-    plus ``runs``."""
+def _attack_inputs(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(features (runs, examples, heads), membership (runs, examples)) of one method's runs."""
     first = records[0]
     task = first["probe"]["task"]
     cpt = first["split"]["classes_per_task"]
@@ -119,26 +114,67 @@ def attack(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int]:
     member = np.zeros(features.shape[:2], dtype=bool)
     for i, record in enumerate(records):
         member[i, record["probe"]["members"]] = True
-    scores = lira_cross_scores(features, member, n_folds=len(records))
-    out = attack_summary(scores, member)
-    out["runs"] = len(records)
+    return features, member
+
+
+def attack(records: Sequence[Mapping[str, Any]], *, n_permutations: int = N_PERMUTATIONS
+           ) -> dict[str, Any]:
+    """The per-example attack (leave one run out) and the task-level IN/OUT AUC over one
+    method's shadow runs of one role (module docstring):
+    :func:`~pall_avalanche.audit.attacks.attack_summary`'s keys, ``runs``, ``negatives``
+    (the distinct target examples, the independent negatives a TPR at an FPR rests on), and
+    the permutation nulls ``null_auc`` / ``null_inout_auc`` (arrays,
+    :func:`~pall_avalanche.audit.permutation.membership_test`)."""
+    features, member = _attack_inputs(records)
+    test = membership_test(features, member, n_permutations=n_permutations)
+    out: dict[str, Any] = attack_summary(test["scores"], member)
+    out.update(runs=len(records), negatives=int(member.shape[1]),
+               null_auc=test["null_auc"], null_inout_auc=test["null_inout_auc"])
     return out
 
 
-def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]
-                ) -> dict[str, dict[str, Any]]:
+def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
+                n_permutations: int = N_PERMUTATIONS) -> dict[str, dict[str, Any]]:
     """Per method: the attack on its unlearned shadow runs (keys prefixed ``attack_``) and on
-    its oracle runs (prefixed ``control_``); none for a role with fewer than 4 runs left (its
-    runs diverged).
+    its oracle runs (prefixed ``control_``), each statistic's permutation p-value
+    (``attack_auc_p``, ...), the attack against its control (``leak_auc`` = attack AUC −
+    control AUC, and ``leak_inout_auc``, each with ``_p``, its permutation p-value, and
+    ``_upper``, its one-sided 95 % upper bound), KLoM per example group and the
+    retained-set exposure (:mod:`~pall_avalanche.audit.exposure`), and the audited task's
+    learning checks over the unlearned runs (``shadow_not_learned`` of ``shadow_runs``).
+    The attacks, their comparison and KLoM read the runs of both roles paired by shadow seed
+    (at least 4 pairs; fewer: its runs diverged).
 
     :param runs: :func:`run_shadows`' records by role.
     """
     out = {}
     for method in methods:
-        row: dict[str, Any] = {}
-        for role, prefix in (("unlearned", "attack_"), ("oracle", "control_")):
-            records = [r for r in runs[role] if r["method"] == method]
-            if len(records) >= 4:   # fewer: its runs diverged; nothing to attack
-                row.update({f"{prefix}{k}": v for k, v in attack(records).items()})
+        mine = {role: {r["config"]["shadow_seed"]: r for r in runs[role] if r["method"] == method}
+                for role in ("unlearned", "oracle")}
+        row: dict[str, Any] = {"shadow_runs": len(mine["unlearned"]),
+                               "shadow_not_learned": not_learned(mine["unlearned"].values())}
+        # the runs of both roles paired by shadow seed (a diverged run drops its pair), so that
+        # both attacks see the same memberships and the same permutations of them
+        pairs = sorted(set(mine["unlearned"]) & set(mine["oracle"]))
+        records = {role: [mine[role][i] for i in pairs] for role in mine}
+        if len(pairs) >= 4:
+            found = {role: attack(records[role], n_permutations=n_permutations)
+                     for role in records}
+            for role, prefix in (("unlearned", "attack_"), ("oracle", "control_")):
+                for key, value in found[role].items():
+                    if not key.startswith("null_"):
+                        row[prefix + key] = value
+                for name in ("auc", "inout_auc"):
+                    row[f"{prefix}{name}_p"] = p_value(found[role][name],
+                                                       found[role][f"null_{name}"])
+            for name in ("auc", "inout_auc"):
+                diff = found["unlearned"][name] - found["oracle"][name]
+                null = found["unlearned"][f"null_{name}"] - found["oracle"][f"null_{name}"]
+                row[f"leak_{name}"] = diff
+                row[f"leak_{name}_p"] = p_value(diff, null)
+                row[f"leak_{name}_upper"] = upper_bound(diff, null, 0.0)
+            row.update(klom_figures(records["unlearned"], records["oracle"],
+                                    n_permutations=n_permutations))
+        row.update(retained_figures(records["unlearned"]))
         out[method] = row
     return out

@@ -1,5 +1,5 @@
-"""The audit's statistics, pure functions of arrays: divergences, AUCs and their intervals,
-the features of a model's outputs and the classifiers that separate them."""
+"""The audit's statistics, pure functions of arrays: divergences, AUCs, Student-t intervals,
+the summary features of a model's outputs (Eq. 1) and the membership attacks of one model."""
 
 from __future__ import annotations
 
@@ -10,18 +10,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_predict
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from pall_avalanche.catalog import AUDIT_FOLDS as N_FOLDS
 
-__all__ = ["N_BOOTSTRAP", "N_FOLDS", "bootstrap_auc_interval", "distinguisher_scores",
-           "head_probabilities", "js_divergence", "mean_js", "membership_aucs",
-           "model_features", "roc_auc", "t_interval"]
-
-#: Bootstrap resamples of an AUC interval.
-N_BOOTSTRAP = 2000
+__all__ = ["N_FOLDS", "distinguisher_scores", "head_probabilities", "js_divergence", "mean_js",
+           "membership_aucs", "model_features", "roc_auc", "t_interval"]
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -74,29 +70,6 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
-def bootstrap_auc_interval(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray,
-                           level: float = 0.95, n_boot: int = N_BOOTSTRAP, seed: int = 0
-                           ) -> tuple[float, float, float]:
-    """(AUC, low, high): the AUC and its percentile bootstrap interval, resampling whole
-    groups (seeds) with replacement.
-
-    :param scores: out-of-fold scores, one per sample.
-    :param labels: 0/1 per sample.
-    :param groups: the seed of each sample.
-    """
-    auc = roc_auc(scores, labels)
-    rng = np.random.default_rng(seed)
-    ids = np.unique(groups)
-    members = [np.flatnonzero(groups == g) for g in ids]
-    boots = []
-    for _ in range(n_boot):
-        index = np.concatenate([members[i] for i in rng.integers(0, len(ids), len(ids))])
-        if len(np.unique(labels[index])) == 2:
-            boots.append(roc_auc(scores[index], labels[index]))
-    low, high = np.percentile(boots, [50 * (1 - level), 50 * (1 + level)])
-    return auc, float(low), float(high)
-
-
 # ------------------------------------------------------------------------- features
 def head_probabilities(logits: np.ndarray, classes_per_task: int) -> np.ndarray:
     """(n, T·cpt) logits of every head → (n, T, cpt) per-head softmax probabilities."""
@@ -147,26 +120,19 @@ def _classifier():
     return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
 
 
-def distinguisher_scores(features: np.ndarray, labels: np.ndarray,
-                         groups: np.ndarray | None = None, n_folds: int = N_FOLDS
+def distinguisher_scores(features: np.ndarray, labels: np.ndarray, n_folds: int = N_FOLDS
                          ) -> np.ndarray:
     """Out-of-fold probabilities of label 1 from a standardised logistic regression,
-    stratified ``n_folds``-fold cross-validation (shuffled, fixed seed). With ``groups``
-    (the seeds) the samples of one group share a fold, so a model's twin of the same seed
-    never trains the classifier that scores it.
+    stratified ``n_folds``-fold cross-validation (shuffled, fixed seed): the feature attack
+    of :func:`membership_aucs`.
 
     :param features: (n, k) features.
     :param labels: 0/1 per sample.
-    :param groups: a group id per sample, or None.
     """
     labels = np.asarray(labels)
-    n_groups = len(np.unique(groups)) if groups is not None else len(labels)
-    splits = min(n_folds, int(np.bincount(labels).min()), n_groups)
-    if groups is None:
-        folds = StratifiedKFold(n_splits=splits, shuffle=True, random_state=0)
-    else:
-        folds = StratifiedGroupKFold(n_splits=splits, shuffle=True, random_state=0)
-    return cross_val_predict(_classifier(), features, labels, cv=folds, groups=groups,
+    splits = min(n_folds, int(np.bincount(labels).min()))
+    folds = StratifiedKFold(n_splits=splits, shuffle=True, random_state=0)
+    return cross_val_predict(_classifier(), features, labels, cv=folds,
                              method="predict_proba")[:, 1]
 
 

@@ -172,6 +172,8 @@ def _record(run: _Run) -> dict:
         "split": run.benchmark.split.to_dict(),
         "config": config,
         "config_hash": spec.hash,
+        # the fingerprint of this package's code the run imports (part of config_hash)
+        "code": spec.code,
         "versions": versions(),
         # the plugins loaded (file SHA-256 or package version): what code made the record
         "plugins": extension_provenance(),

@@ -1,6 +1,7 @@
 """What a run is: :class:`RunSpec` (method, seed, resolved configuration, requests, training
-seed), whose hash names the record's folder, and :func:`plan`, the one place where a
-configuration is resolved and checked for its runs. Imports no torch (refusals stay fast)."""
+seed, the code it runs), whose hash names the record's folder, and :func:`plan`, the one place
+where a configuration is resolved and checked for its runs. Imports no torch (refusals stay
+fast)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pall_avalanche.catalog import METHOD_INFO
+from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO
 from pall_avalanche.config import check_run_config, config_hash
 from pall_avalanche.requests import Request, RequestSequence, generate_requests
+from pall_avalanche.runs.fingerprint import code_fingerprint
 
 __all__ = ["RunSpec", "plan"]
 
@@ -20,11 +22,14 @@ __all__ = ["RunSpec", "plan"]
 @dataclass(frozen=True)
 class RunSpec:
     """What a record is the result of: method, seed, resolved configuration, request
-    sequence (``None``: the one the seed generates) and training seed (``None``: the seed).
-    Its :attr:`hash` names its folder (:meth:`record_path`) and is stored in its record and
-    checkpoints as ``config_hash``: the configuration's hash, with the requests and the
-    training seed included when they are given explicitly (so a default run keeps the
-    configuration's hash).
+    sequence (``None``: the one the seed generates), training seed (``None``: the seed) and
+    code (``code``, computed when the spec is made: the fingerprint,
+    :func:`~pall_avalanche.runs.fingerprint.code_fingerprint`, of this package's modules the
+    run imports from the method's strategy, the model's and the benchmark's modules and
+    ``modules``, those of a probe riding along). Its :attr:`hash` names its folder
+    (:meth:`record_path`) and is stored in its record and checkpoints as ``config_hash``: the
+    hash of the configuration, with the requests and the training seed when they are given
+    explicitly, and the code. A record written by other code is not reused.
 
     Build one with :meth:`of`.
     """
@@ -34,13 +39,21 @@ class RunSpec:
     config: Mapping[str, Any]
     requests: tuple[Request, ...] | None = None
     train_seed: int | None = None
+    modules: tuple[str, ...] = ()
+    code: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+        if not self.code:   # fixed when the run is planned, carried to the worker that runs it
+            entries = (METHOD_INFO.get(self.method), MODEL_INFO.get(self.config.get("model")),
+                       BENCHMARK_INFO.get(self.config.get("benchmark")))
+            found = {info.where.partition(":")[0] for info in entries if info is not None}
+            object.__setattr__(self, "code",
+                               code_fingerprint(tuple(sorted(found | set(self.modules)))))
 
     def __reduce__(self) -> tuple:      # a mapping proxy does not pickle: rebuild from a dict
         return (type(self), (self.method, self.seed, dict(self.config), self.requests,
-                             self.train_seed))
+                             self.train_seed, self.modules, self.code))
 
     def __hash__(self) -> int:          # equal specifications have equal identities
         return hash((self.method, self.seed, self.hash))
@@ -78,7 +91,7 @@ class RunSpec:
     @property
     def hash(self) -> str:
         """The run's identity (class docstring)."""
-        return config_hash(self.described())
+        return config_hash({**self.described(), "code": self.code})
 
     def identity(self) -> dict[str, Any]:
         """What a checkpoint must match to be resumed by this run."""
@@ -95,7 +108,7 @@ class RunSpec:
 def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any], *,
          overrides: Sequence[tuple[str, Any]] = (),
          requests: RequestSequence | Sequence | None = None,
-         train_seed_offset: int | None = None) -> list[RunSpec]:
+         train_seed_offset: int | None = None, modules: Sequence[str] = ()) -> list[RunSpec]:
     """The specifications of every (method, seed), in that order: ``config`` with
     ``overrides`` resolved and checked once per method
     (:func:`~pall_avalanche.config.check_run_config`), the requests checked against it. The
@@ -108,6 +121,8 @@ def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any]
     :param requests: replay this sequence for every seed (``None``: generated per seed).
     :param train_seed_offset: train seed ``s`` with training seed ``s + offset``
         (``None``: the seed itself).
+    :param modules: the modules of a probe riding along the runs (part of their code,
+        :attr:`RunSpec.code`).
     :raises ValueError: an unknown method, a bad configuration or request sequence.
     """
     specs = []
@@ -119,6 +134,7 @@ def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any]
         sequence = None if requests is None else tuple(
             RequestSequence(list(requests), resolved["n_tasks"]))
         specs += [RunSpec(method, seed, resolved, sequence,
-                          None if train_seed_offset is None else seed + train_seed_offset)
+                          None if train_seed_offset is None else seed + train_seed_offset,
+                          tuple(modules))
                   for seed in seeds]
     return specs

@@ -28,9 +28,10 @@ __all__ = ["RECORD_FORMAT", "check_format", "checkpoint_path", "claim", "has_lef
 
 #: The record layout (2: evaluation draws nothing from the training's random stream, the
 #: record lists its plugins; 3: seed k's class split and request sequence are the paper's
-#: reference's, buffers and their draws as the reference's, Table A2's distances both); a
-#: results folder holding another format is refused.
-RECORD_FORMAT = 3
+#: reference's, buffers and their draws as the reference's, Table A2's distances both; 4: the
+#: identity includes the fingerprint of the code, kept as ``code``); a results folder holding
+#: another format is refused.
+RECORD_FORMAT = 4
 
 
 def record_path(out_dir: str | Path, method: str, seed: int, config: dict,

@@ -143,7 +143,7 @@ class WeightResettingPlugin(UnlearningPlugin):
         net.set_mask(task, MaskSet.from_bool(net.current_mask()))
         net.stop_learning()
         if self.redraw_unused:
-            redraw_(net, net.cumulative_mask(strategy.active_tasks).complement())
+            redraw_(net, net.cumulative_mask(strategy.kept_tasks()).complement())
 
 
 def _check_every_parameter_is_trained(net: SubnetworkNet) -> None:
@@ -216,10 +216,15 @@ class SubnetworkStrategy(UnlearningTemplate):
         if self.learns_scores:
             self.model.start_learning(task)
 
+    def kept_tasks(self) -> list[int]:
+        """The tasks whose stored subnetworks stay as they are (default: the active tasks;
+        an audit-only leaky variant keeps an unlearned one)."""
+        return list(self.active_tasks)
+
     def frozen_entries(self) -> MaskSet:
         """The entries the learning request must leave bit-identical (default: M, the OR of
-        the active tasks' masks)."""
-        return self.model.cumulative_mask(self.active_tasks)
+        the kept tasks' masks, :meth:`kept_tasks`)."""
+        return self.model.cumulative_mask(self.kept_tasks())
 
     def optimizer_param_groups(self) -> list[dict]:
         """One group of the maskable weights, the scores (if any) and the task's own token

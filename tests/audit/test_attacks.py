@@ -1,6 +1,6 @@
-"""The second edition's attack statistics against hand computations: logit-scaled
-confidences, the per-example Gaussian likelihood ratio, cross-fitted scores, ROC points,
-bootstrap summaries and the relearning gap."""
+"""The attack statistics against hand computations: logit-scaled confidences, the
+per-example Gaussian likelihood ratio, leave-one-run-out scores, ROC points, bootstrap
+summaries and the relearning gap."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from pall_avalanche.audit.attacks import (
     attack_summary,
     confidence_features,
-    lira_cross_scores,
     lira_scores,
     logit_confidence,
     relearning_gap,
@@ -21,6 +20,7 @@ from pall_avalanche.audit.attacks import (
     steps_to_threshold,
     tpr_at_fpr,
 )
+from pall_avalanche.audit.permutation import lira_loo_scores
 from pall_avalanche.audit.statistics import roc_auc
 
 #: Student-t 0.975 quantile with 2 degrees of freedom (tables).
@@ -144,11 +144,11 @@ def test_lira_fallbacks_and_std_floor():
     assert got == pytest.approx(log_pdf(0.05, 2.0, 1.0) - log_pdf(0.05, 0.0, 0.1))
 
 
-def test_lira_cross_scores_leave_one_out_by_hand():
+def test_lira_leave_one_run_out_by_hand():
     rng = np.random.default_rng(3)
     features = rng.normal(size=(6, 4))
     member = np.array([rng.permutation([1, 1, 1, 0, 0, 0]) for _ in range(4)], dtype=bool).T
-    scores = lira_cross_scores(features, member, 6)
+    scores = lira_loo_scores(features, member)
     assert scores.shape == (6, 4)
     for r in range(6):
         for n in range(4):
@@ -156,35 +156,6 @@ def test_lira_cross_scores_leave_one_out_by_hand():
             ins = [features[q, n] for q in others if member[q, n]]
             outs = [features[q, n] for q in others if not member[q, n]]
             assert scores[r, n] == pytest.approx(hand_ratio(features[r, n], ins, outs))
-
-
-def test_lira_cross_scores_each_run_once_from_other_folds():
-    rng = np.random.default_rng(5)
-    n_runs, n_ex = 12, 3
-    features = rng.normal(size=(n_runs, n_ex, 2))
-    member = np.array([rng.permutation([1] * 6 + [0] * 6) for _ in range(n_ex)], dtype=bool).T
-    base = lira_cross_scores(features, member, 3, seed=1)
-    assert base.shape == (n_runs, n_ex) and np.isfinite(base).all()
-    folds = set()
-    for r in range(n_runs):
-        moved = features.copy()
-        moved[r] += 5.0
-        after = lira_cross_scores(moved, member, 3, seed=1)
-        same = [q for q in range(n_runs) if q != r and np.array_equal(after[q], base[q])]
-        fold = frozenset([r, *same])
-        assert len(fold) == 4                       # 12 runs in 3 folds
-        folds.add(fold)
-        shadows = [q for q in range(n_runs) if q not in fold]
-        for feats, got in ((features, base[r]), (moved, after[r])):
-            for n in range(n_ex):
-                expected = 0.0
-                for k in range(2):
-                    ins = [features[q, n, k] for q in shadows if member[q, n]]
-                    outs = [features[q, n, k] for q in shadows if not member[q, n]]
-                    expected += hand_ratio(feats[r, n, k], ins, outs)
-                assert got[n] == pytest.approx(expected)
-    assert len(folds) == 3
-    assert sorted(i for f in folds for i in f) == list(range(n_runs))
 
 
 # ------------------------------------------------------------------------- ROC

@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import FAST_CONFIG, make_strategy, seq
 
@@ -17,21 +18,22 @@ from pall_avalanche.audit import (
     AUDIT_REQUESTS,
     AuditProbe,
     audit_rows,
-    bootstrap_auc_interval,
-    distinguisher_scores,
     head_probabilities,
     js_divergence,
     model_features,
     oracle_sequence,
     roc_auc,
     run_audit,
-    separated,
     t_interval,
 )
+from pall_avalanche.audit.oracle import not_learned, oracle_rows
+from pall_avalanche.audit.permutation import ridge_scores, seed_folds
+from pall_avalanche.catalog import AUDIT_CONTROL, AUDIT_LEAKS, method_label
 from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
 from pall_avalanche.requests.streams import RequestStream
-from pall_avalanche.runs import record_path, run_record
+from pall_avalanche.runs import run_record
 from pall_avalanche.runs.records import read_record
+from pall_avalanche.runs.spec import RunSpec, plan
 
 AUDIT_CONFIG = {**FAST_CONFIG, "epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}
 
@@ -74,16 +76,12 @@ def test_roc_auc_hand_computed():
         roc_auc([0.1, 0.2], [1, 1])
 
 
-def test_t_interval_and_bootstrap_interval():
+def test_t_interval():
     mean, low, high = t_interval([1.0, 2.0, 3.0])
     half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t_{0.975, 2} · s / √n, s = 1
     assert (mean, low, high) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
     with pytest.raises(ValueError, match="at least 2"):
         t_interval([1.0])
-    labels = np.array([1, 0] * 6)
-    groups = np.repeat(np.arange(6), 2)
-    auc, low, high = bootstrap_auc_interval(labels.astype(float), labels, groups)
-    assert (auc, low, high) == (1.0, 1.0, 1.0)
 
 
 def test_head_probabilities_and_features_hand_made():
@@ -104,10 +102,32 @@ def test_distinguisher_separates_separable_and_not_twins():
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(10), 2)
     labels = np.tile([1, 0], 10)
+    folds = seed_folds(groups, 5)
     shifted = rng.normal(size=(20, 3)) + 4.0 * labels[:, None]
-    assert roc_auc(distinguisher_scores(shifted, labels, groups), labels) == 1.0
+    assert roc_auc(ridge_scores(shifted, labels, folds)[0], labels) == 1.0
     twins = np.repeat(rng.normal(size=(10, 3)), 2, axis=0)  # U and O identical per seed
-    assert roc_auc(distinguisher_scores(twins, labels, groups), labels) == 0.5
+    assert roc_auc(ridge_scores(twins, labels, folds)[0], labels) == 0.5
+
+
+def test_oracle_rows_align_the_oracle_with_the_unlearned_sequence():
+    # R = L0 L1 L2 U1 L3 U0 L4; R′ drops tasks 0 and 1: L2 L3 L4 (rows 0, 1, 2)
+    rows = oracle_rows(seq("L0 L1 L2 U1 L3 U0 L4"))
+    # U1 (row 3) sits after L2 (R′ row 0); its later rows L3 and L4 are R′'s 1 and 2 (U0 is
+    # not in R′); U0 (row 5) sits after L3 (R′ row 1), L4 after it
+    assert rows == [(1, 0, [1, 2]), (0, 1, [2])]
+    assert oracle_rows(seq("L0 L1 U1 L2 L3")) == [(1, 0, [1, 2])]
+    # nothing of R′ before the request: no aligned row
+    assert oracle_rows(seq("L1 U1 L2")) == []
+
+
+def test_not_learned_counts_failed_checks_of_the_unlearned_task():
+    def record(failed_1, failed_2=False):
+        return {"requests": [{"kind": "learn", "task": 1}, {"kind": "learn", "task": 2},
+                             {"kind": "unlearn", "task": 1}],
+                "learning_checks": [{"task": 1, "failed": failed_1},
+                                    {"task": 2, "failed": failed_2}]}
+
+    assert not_learned([record(True), record(False, True), record(True, True)]) == 2
 
 
 # ------------------------------------------------------------------ strict PALL options
@@ -183,9 +203,12 @@ def test_tiny_audit_records_are_stored_and_reused(tiny_audit):
     out, methods, runs, _ = tiny_audit
     record = runs["reference"][0]
     assert record["train_seed"] == record["seed"] + 100_000
-    path = record_path(out / "reference", record["method"], record["seed"], AUDIT_CONFIG,
-                       seq("L0 L2"), record["train_seed"])
-    assert read_record(path) == record
+    # its identity includes the probe's code (pall_avalanche.audit.probes)
+    spec, = plan([record["method"]], [record["seed"]], AUDIT_CONFIG, requests=seq("L0 L2"),
+                 train_seed_offset=100_000, modules=["pall_avalanche.audit.probes"])
+    assert read_record(spec.record_path(out / "reference")) == record
+    assert record["code"] == spec.code != RunSpec.of(record["method"], record["seed"],
+                                                     AUDIT_CONFIG, seq("L0 L2")).code
     again = run_audit(methods[:1], [0, 1], AUDIT_CONFIG, out, requests=seq("L0 L1 L2 U1"),
                       show_progress=False)
     assert again["unlearned"] == [r for r in runs["unlearned"] if r["method"] == "sequential"
@@ -207,61 +230,81 @@ def test_tiny_audit_measurements(tiny_audit):
     assert rows["sequential"]["relearn_k5_all_acc_gap"] == pytest.approx(sum(gaps) / 2)
     assert math.isnan(rows["sequential"]["relapse"])   # U1 is the last request: no relapse
     # Sequential keeps task 1's head: its head alone gives it away.
-    assert rows["sequential"]["auc_head"] == 1.0 and rows["sequential"]["auc_head_low"] == 1.0
+    assert rows["sequential"]["auc_head"] == 1.0
     assert rows["sequential"]["js_gap"] > 0
-    # Independent answers the unlearned task with the same untrained model as the oracle.
-    assert rows["independent"]["auc_head"] == 0.5
-    assert not separated(rows["independent"], "auc_head", 0.5)
+    # Independent answers the unlearned task with the same untrained model as the oracle:
+    # every permutation scores what the labels score (p = 1)
+    assert rows["independent"]["auc_head"] == 0.5 and rows["independent"]["auc_head_p"] == 1.0
+    # the runs that left task 1 at chance (2 epochs are little for PALL's subnetwork)
+    for method in ("sequential", "pall"):
+        failed = [c["failed"] for r in runs["unlearned"] if r["method"] == method
+                  for c in r["learning_checks"] if c["task"] == 1]
+        assert len(failed) == 2 and rows[method]["not_learned"] == sum(failed)
+    # nothing of R′ follows the unlearning (U1 is last): no relapse reference
+    assert "relapse_oracle" not in rows["pall"]
     assert rows["independent"]["provenance"] == "n/a"
     assert rows["pall"]["provenance"] == "pass"
     assert rows["pall"]["provenance_strict"] == "FAIL (2/2)"
 
 
 @pytest.mark.slow
-def test_audit_intervals_separate_with_more_seeds(tmp_path):
-    """The report's setting (digits preset, 5 epochs, R = L0 L1 L2 L3 U1 L4), 8 seeds: a few
-    minutes. At the tiny default-run scale ER (Retraining)'s head is still distinguishable."""
-    config = {**load_config(CONFIG_DIR / "digits.yaml"), "epochs": 5}
+def test_eq1_separates_what_kept_the_head_and_not_an_exact_method(tmp_path):
+    """The committed quick audit's setting (plain digits, R = L0 L1 L2 L3 U1 L4), 8 seeds:
+    Sequential keeps t's head and Eq. 1's permutation test finds it; Independent's unlearned
+    model is its oracle's (p = 1)."""
+    config = load_config(CONFIG_DIR / "digits.yaml")
     requests = seq(" ".join(AUDIT_REQUESTS))
-    methods = ["sequential", "independent", "er_retrain"]
+    methods = ["sequential", "independent"]
     runs = run_audit(methods, list(range(8)), config, tmp_path, requests=requests,
                      show_progress=False, jobs=2)
-    rows = {r["method"]: r for r in audit_rows(runs, methods)}
-    assert rows["sequential"]["auc_low"] > 0.5 and rows["sequential"]["auc_head_low"] > 0.5
-    assert not separated(rows["independent"], "auc", 0.5)
-    for method in ("independent", "er_retrain"):
-        assert not separated(rows[method], "auc_head", 0.5), rows[method]
+    rows = {r["method"]: r for r in audit_rows(runs, methods, n_permutations=500)}
+    assert rows["sequential"]["auc_head"] > 0.9 and rows["sequential"]["auc_head_p"] < 0.01
+    assert rows["independent"]["auc_head_p"] == 1.0
 
 
-def test_audit_script_end_to_end(tmp_path, capsys):
+def test_audit_script_end_to_end(tmp_path):
     spec = importlib.util.spec_from_file_location(
         "audit_script", Path(__file__).resolve().parents[2] / "benchmarks" / "audit.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4", "--quiet",
-            "--set", "epochs=1", "--set", "train_per_task=40", "--set", "n_retrain_iters=5",
+            "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "100",
             "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
-    with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for the audit's "
+    with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for Eq. 1's "
                                          r"5-fold cross-validation"):
         script.main(argv)
     markdown = (tmp_path / "rep" / "audit_digits.md").read_text()
     assert f"Command: `python benchmarks/audit.py {' '.join(argv)}`" in markdown
     assert f"Audited sequence R: {' '.join(AUDIT_REQUESTS)}" in markdown
-    assert "Evidence: Eq. 1 on 2 seeds; the IN/OUT attack on 4 shadow runs" in markdown
+    assert "Evidence: Eq. 1 on 2 seeds; 4 shadow runs per method and role" in markdown
+    assert "train_per_task 20" in markdown                  # the powered setting's keys
     lines = [line for line in markdown.splitlines() if line.startswith("| ")]
     header, *rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
     table = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
-    assert sorted(table) == ["Independent", "Sequential"]
-    # Sequential keeps the unlearned task's head as trained: on that head it is told apart
-    assert table["Sequential"]["Eq. 1 AUC (t's head)"].startswith("1.00")
-    assert table["Independent"]["Verdict"].split("; ")[1].startswith("exact:")
-    for row in table.values():                  # every measure of the second edition is there
-        for column in ("IN/OUT AUC (per example)", "TPR % at 1 % FPR", "TPR % at 0.1 % FPR",
-                       "IN/OUT AUC (task level)", "Control AUC (oracles)", "Relapse (worst)",
-                       "Relearning Δacc, k=5, head", "Relearning Δacc, k=20, all"):
-            assert re.fullmatch(r"-?[\d.]+ \[-?[\d.]+, -?[\d.]+\]( \([\d.]+\))?",
-                                row[column]), (column, row[column])
-    with pytest.raises(ValueError, match=r"--n-unlearn=2 does not apply"):
-        script.main([*argv, "--n-unlearn", "2"])
-    with pytest.raises(ValueError, match=r"--shadows 2: at least 4 shadow runs are needed"):
-        script.main([*argv, "--shadows", "2"])
+    # the instruments always run beside the audited methods
+    assert sorted(table) == sorted(["Sequential", "Independent",
+                                    *(method_label(m) for m in (AUDIT_CONTROL, *AUDIT_LEAKS))])
+    power = re.search(r"Power: the positive control \(.*?\) is (NOT )?detected", markdown)
+    for name, row in table.items():
+        failed, runs = map(int, row["t not learned"].split("/"))
+        assert runs == 2 + 4
+        if failed:       # never judged without learning
+            assert row["Verdict"] == f"not measurable: t not learned in {failed}/6 runs", name
+        elif power.group(1):
+            assert row["Verdict"].startswith("no power"), name
+        assert row["TPR % at 1 % FPR"] == "n/a"             # 20 negatives carry no 1 % FPR
+        assert re.fullmatch(r"n/a|[+-]\d\.\d{3} \(p [\d.e-]+; ≤ [+-]\d\.\d{3}\)",
+                            row["Gap to control (per example)"]), row
+        assert re.fullmatch(r"-?[\d.]+ \[-?[\d.]+, -?[\d.]+\]( \([\d.]+\))?|n/a",
+                            row["Oracle relapse (worst)"]), row
+    assert table["Sequential"]["Eq. 1 AUC (t's head)"].startswith("1.000")
+    numbers = pd.read_csv(tmp_path / "rep" / "audit_digits.csv").set_index("method")
+    assert {"klom_retain_q0.5_p", "retained_change", "relapse_oracle", "leak_auc_upper",
+            "auc_p_adj"} <= set(numbers.columns)
+    assert np.isnan(numbers.loc["independent", "retained_change"])      # keeps no buffer
+    assert np.isfinite(numbers.loc[AUDIT_CONTROL, "leak_auc"])
+    for bad, message in ((["--n-unlearn", "2"], r"--n-unlearn=2 does not apply"),
+                         (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
+                         (["--permutations", "50"], r"--permutations 50: at least 100")):
+        with pytest.raises(ValueError, match=message):
+            script.main([*argv, *bad])

@@ -258,8 +258,9 @@ def test_a_records_hash_is_its_folder_also_with_replayed_requests_and_training_s
         record, = run_experiments(["sequential"], [0], config, tmp_path, show_progress=False,
                                   checkpoints=False, **kwargs)
         # the hash written by hand: sha1 of the sorted JSON of the resolved configuration, with
-        # the requests or the training seed when they were given
-        key = {**resolved, **extra}
+        # the requests or the training seed when they were given, and the code's fingerprint
+        # (tests/runs/test_fingerprint.py)
+        key = {**resolved, **extra, "code": record["code"]}
         by_hand = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()
                                ).hexdigest()[:10]
         path = tmp_path / "digits" / "sequential" / by_hand / "seed0.json"

@@ -1,0 +1,174 @@
+"""What rides along the audit's runs (``run_record(..., probe=...)``): the code whose output
+the audit's records hold. Its own module, apart from the analysis, so that a record's code
+fingerprint (:mod:`pall_avalanche.runs.fingerprint`) covers what wrote the record and not how
+it is analysed later.
+
+- :class:`AuditProbe` (Eq. 1's runs): the final model's logits on the unlearned tasks'
+  training and test inputs, the provenance check, the relearning attack's curves;
+- :class:`ShadowProbe` (the shadow runs): the final model's logits on all of D^t and which
+  half trained, every example's margin, and :class:`RetainedExposure`'s margins of the
+  remaining tasks' training examples around the unlearning request with their buffer members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from avalanche.models.utils import avalanche_forward
+
+from pall_avalanche.audit.provenance import ProvenanceTracker
+from pall_avalanche.audit.relearn import relearning_curves
+from pall_avalanche.data.tasks import unshuffled_batches
+from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+
+__all__ = ["AuditProbe", "RetainedExposure", "ShadowProbe", "head_logits", "margins",
+           "model_logits"]
+
+
+@torch.no_grad()
+def model_logits(strategy: UnlearningTemplate, dataset, n_tasks: int) -> dict[str, list]:
+    """The final model's logits under every head (eval mode, evaluation transform) on every
+    input of ``dataset``, rounded to 5 decimals, with the labels: ``{"logits", "y"}``."""
+    batch = strategy.eval_mb_size or strategy.train_mb_size
+    data = dataset.eval()
+    x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
+    y = [int(data[i][1]) for i in range(len(data))]
+    model = strategy.model
+    model.eval()
+    logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
+                        for h in range(n_tasks)], dim=1)
+    return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
+
+
+class AuditProbe:
+    """Rides along one run (``run_record(..., probe=AuditProbe(tasks))``): its plugin tracks
+    provenance; :meth:`finish` returns the JSON-ready probe of the final model.
+
+    :param tasks: the unlearned tasks whose inputs are probed.
+    :param relearn: also run the relearning attack (the reference oracles' curves are never
+        compared, so they skip it).
+    """
+
+    def __init__(self, tasks: Sequence[int], relearn: bool = True) -> None:
+        self.tasks = list(tasks)
+        self.relearn = relearn
+        self.tracker = ProvenanceTracker()
+        self.plugins = [self.tracker]
+
+    def finish(self, strategy: UnlearningTemplate, benchmark) -> dict[str, Any]:
+        """The final model's logits (every head) on each probed task's training and test
+        inputs, the provenance results and the relearning curves of each probed task
+        (:func:`~pall_avalanche.audit.relearn.relearning_curves`)."""
+        n_tasks = benchmark.split.n_tasks
+        outputs = {str(t): {"train": model_logits(strategy, benchmark.train_stream[t].dataset,
+                                                  n_tasks),
+                            "test": model_logits(strategy, benchmark.test_stream[t].dataset,
+                                                 n_tasks)}
+                   for t in self.tasks}
+        out = {"outputs": outputs, "provenance": self.tracker.results}
+        if self.relearn:
+            out["relearn"] = {str(t): relearning_curves(
+                strategy.model, benchmark.train_stream[t].dataset,
+                benchmark.test_stream[t].dataset, t) for t in self.tasks}
+        return out
+
+
+@torch.no_grad()
+def head_logits(model: torch.nn.Module, dataset, task: int, batch_size: int,
+                device: torch.device | str) -> tuple[np.ndarray, np.ndarray]:
+    """(logits of ``task``'s head, labels) of every example of ``dataset`` in order (eval
+    mode; the model's mode is restored)."""
+    was_training = model.training
+    model.eval()
+    logits, labels = [], []
+    for x, y in unshuffled_batches(dataset, batch_size, device):
+        logits.append(avalanche_forward(model, x, task).cpu())
+        labels.append(y.cpu())
+    model.train(was_training)
+    return torch.cat(logits).double().numpy(), torch.cat(labels).numpy()
+
+
+def margins(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per example, its label's logit minus the largest other logit (KLoM's margin)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(len(logits))
+    others = logits.copy()
+    others[rows, y] = -np.inf
+    return logits[rows, y] - others.max(axis=1)
+
+
+class RetainedExposure(UnlearningPlugin):
+    """Rides along a shadow run: keeps each learned task's training dataset, and right before
+    and right after an unlearning request the margins (:func:`margins`, rounded to 5
+    decimals) of every remaining task's training examples under its own head, with the
+    positions of its buffer members when the strategy keeps an episodic memory
+    (``results``: task → ``before``, ``after``, ``buffer``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.datasets: dict[int, Any] = {}
+        self.results: dict[str, dict[str, list]] = {}
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        self.datasets[strategy.experience.task_label] = strategy.experience.dataset
+
+    def _confidences(self, strategy, when: str, unlearned: int) -> None:
+        for task in strategy.active_tasks:
+            if task == unlearned:
+                continue
+            logits, y = head_logits(strategy.model, self.datasets[task], task,
+                                    strategy.eval_mb_size or strategy.train_mb_size,
+                                    strategy.device)
+            cell = self.results.setdefault(str(task), {})
+            cell[when] = np.round(margins(logits, y), 5).tolist()
+
+    def before_unlearning(self, strategy, task: int, **kwargs) -> None:
+        self._confidences(strategy, "before", task)
+
+    def after_unlearning(self, strategy, task: int, **kwargs) -> None:
+        self._confidences(strategy, "after", task)
+        memory = getattr(strategy, "memory", None)
+        for key, cell in self.results.items():
+            indices = getattr(memory, "indices", {}).get(int(key))
+            cell["buffer"] = None if indices is None else [int(i) for i in indices]
+
+
+class ShadowProbe:
+    """Rides along a shadow run: :meth:`finish` returns the final model's logits (every head)
+    on the whole training set of the halved task and which of its examples were trained on,
+    every example's margin under its own task's head (``margins``: the halved task's training
+    examples, the other tasks' training examples, every task's test examples; KLoM,
+    :mod:`~pall_avalanche.audit.exposure`) and what its :class:`RetainedExposure` plugin saw
+    around the unlearning request (``retained``).
+
+    :param task: the audited (halved) task.
+    """
+
+    def __init__(self, task: int) -> None:
+        self.task = task
+        self.exposure = RetainedExposure()
+        self.plugins: list = [self.exposure]
+
+    def finish(self, strategy, benchmark) -> dict[str, Any]:
+        batch = strategy.eval_mb_size or strategy.train_mb_size
+        others = [t for t in range(benchmark.split.n_tasks) if t != self.task]
+
+        def margin_lists(datasets: Sequence[tuple[int, Any]]) -> list[list[float]]:
+            return [np.round(margins(*head_logits(strategy.model, data, task, batch,
+                                                  strategy.device)), 5).tolist()
+                    for task, data in datasets]
+
+        return {"task": self.task,
+                "targets": model_logits(strategy, benchmark.audit_targets,
+                                        benchmark.split.n_tasks),
+                "members": list(benchmark.split.shadow["members"]),
+                "margins": {
+                    "forget": margin_lists([(self.task, benchmark.audit_targets)]),
+                    "retain": margin_lists([(t, benchmark.train_stream[t].dataset)
+                                            for t in others]),
+                    "test": margin_lists([(t, exp.dataset) for t, exp
+                                          in enumerate(benchmark.test_stream)])},
+                "retained": self.exposure.results}

@@ -1,0 +1,41 @@
+"""The committed audit report reproduces: cells of reports/audit_digits.md regenerated here from
+a clean folder with the report's own setting (its command's defaults) equal the committed ones.
+A record's identity includes the code that wrote it, so these runs cannot be reused from an
+older code state."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import seq
+
+from pall_avalanche.audit import run_audit
+from pall_avalanche.audit.oracle import audit_rows
+from pall_avalanche.catalog import AUDIT_REQUESTS
+from pall_avalanche.config import CONFIG_DIR, load_config
+from pall_avalanche.paper.audit import DEFAULT_SEEDS, POWERED
+
+REPORT = Path(__file__).resolve().parents[2] / "reports" / "audit_digits.md"
+
+
+def committed_row(label: str) -> dict[str, str]:
+    lines = [line for line in REPORT.read_text().splitlines() if line.startswith("| ")]
+    header, *rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    return next(dict(zip(header, row, strict=True)) for row in rows if row[0] == label)
+
+
+@pytest.mark.slow
+def test_independent_cells_regenerate_from_a_clean_folder(tmp_path):
+    text = REPORT.read_text()
+    assert re.search(r"Command: `python benchmarks/audit\.py --jobs 2 --quiet --report-dir "
+                     r"reports`", text), "the committed report's command changed"
+    config = {**load_config(CONFIG_DIR / "digits.yaml"), **dict(POWERED)}
+    runs = run_audit(["independent"], list(range(DEFAULT_SEEDS)), config, tmp_path,
+                     requests=seq(" ".join(AUDIT_REQUESTS)), show_progress=False, jobs=2)
+    row, = audit_rows(runs, ["independent"])
+    committed = committed_row("Independent")
+    assert committed["A_l"] == f"{row['A_l']:.2f} ± {row['A_l_std']:.2f}"
+    assert committed["t not learned"].startswith(f"{row['not_learned']}/")
+    assert committed["Eq. 1 AUC (t's head)"].startswith(f"{row['auc_head']:.3f} ")

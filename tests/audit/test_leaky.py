@@ -1,0 +1,158 @@
+"""The audit's calibration instruments (pall_avalanche.audit.leaky), entry by entry against
+PALL on the same seed: the positive control changes nothing and keeps t frozen, the leaky
+variants keep exactly what they say, the provenance check catches them, and their oracle runs
+are PALL's."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from helpers import FAST_CONFIG, make_strategy, seq
+
+from pall_avalanche.audit import AuditProbe
+from pall_avalanche.audit.leaky import oracle_twin
+from pall_avalanche.requests.streams import RequestStream
+from pall_avalanche.runs import run_record
+from pall_avalanche.runs.spec import RunSpec
+
+CONFIG = {"epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}
+
+
+def weights(strategy) -> dict[str, torch.Tensor]:
+    return {n: w.detach().clone() for n, w in strategy.model.named_weights()}
+
+
+def tensors(model) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``model``."""
+    return {k: v.detach().clone() for k, v in (*model.named_parameters(),
+                                                *model.named_buffers())}
+
+
+def learned(method: str, text: str = "L0 L1 L2", **overrides):
+    strategy, bm, _ = make_strategy(method, **{**CONFIG, **overrides})
+    for exp in RequestStream(bm, seq(text)):
+        strategy.train(exp)
+    return strategy, bm
+
+
+def test_no_unlearning_changes_nothing_and_later_tasks_leave_t_alone():
+    control, bm = learned("pall_no_unlearning")
+    state = tensors(control.model)
+    own = control.model.masks[1] - control.model.cumulative_mask([0, 2])
+    control.unlearn(1)
+    after = tensors(control.model)
+    assert state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
+    assert 1 in control.model.masks and control.active_tasks == [0, 2]
+    before = weights(control)
+    control.train(RequestStream(bm, seq("L0 L1 L2 U1 L3"))[4])
+    for (name, w), mask in zip(weights(control).items(), own.bools().values(), strict=True):
+        assert torch.equal(w[mask], before[name][mask]), name
+    # PALL, the same way, re-draws t's own entries: the control is what keeps them
+    pall, _ = learned("pall")
+    own = pall.model.masks[1] - pall.model.cumulative_mask([0, 2])
+    kept = weights(pall)
+    pall.unlearn(1)
+    assert any(not torch.equal(w[m], kept[n][m]) for (n, w), m
+               in zip(weights(pall).items(), own.bools().values(), strict=True))
+
+
+@pytest.mark.parametrize(("method", "fraction"), [("pall_leak_redraw_100", 1.0),
+                                                  ("pall_leak_redraw_50", 0.5)])
+def test_a_fraction_of_what_t_trained_keeps_its_values_and_t_its_subnetwork(method, fraction):
+    leaky, bm = learned(method)
+    forget = leaky.forget_set(1)
+    mask = leaky.model.masks[1]
+    before = weights(leaky)
+    leaky.unlearn(1)
+    kept = total = 0
+    for (name, w), entries in zip(weights(leaky).items(), forget.bools().values(), strict=True):
+        kept += int((w[entries] == before[name][entries]).sum())
+        total += int(entries.sum())
+    assert total > 1000
+    assert kept / total == pytest.approx(fraction, abs=0.03)
+    # t is still answered through its own subnetwork, frozen for later tasks
+    assert leaky.model.masks[1] == mask and leaky.active_tasks == [0, 2]
+    frozen = weights(leaky)
+    leaky.train(RequestStream(bm, seq("L0 L1 L2 U1 L3"))[4])
+    for (name, w), entries in zip(weights(leaky).items(), mask.bools().values(), strict=True):
+        assert torch.equal(w[entries], frozen[name][entries]), name
+
+
+def test_the_body_leak_keeps_m_bar_t_redraws_t_head_and_drops_its_mask():
+    leaky, _ = learned("pall_leak_body")
+    forget = leaky.forget_set(1)
+    head = leaky.model.head_masks(1)
+    before = weights(leaky)
+    leaky.unlearn(1)
+    after = weights(leaky)
+    for name, entries in forget.bools().items():
+        rows = head.get(name, torch.zeros_like(entries))
+        body = entries & ~rows
+        assert torch.equal(after[name][body], before[name][body]), name
+        if rows.any():
+            assert (after[name][rows] != before[name][rows]).float().mean() > 0.99, name
+    assert head and 1 not in leaky.model.masks
+
+
+def test_the_head_leak_keeps_t_head_rows_and_redraws_the_rest():
+    leaky, _ = learned("pall_leak_head")
+    forget = leaky.forget_set(1)
+    head = leaky.model.head_masks(1)
+    before = weights(leaky)
+    leaky.unlearn(1)
+    after = weights(leaky)
+    for name, mask in forget.bools().items():
+        rows = head.get(name, torch.zeros_like(mask))
+        assert torch.equal(after[name][rows], before[name][rows]), name
+        moved = mask & ~rows
+        if moved.any():
+            assert (after[name][moved] != before[name][moved]).float().mean() > 0.99, name
+    assert head
+
+
+def test_the_buffer_leak_replays_t_in_retraining_then_drops_its_buffer():
+    leaky, _ = learned("pall_leak_buffer")
+    pall, _ = learned("pall")
+    assert all(torch.equal(a, b) for a, b in zip(weights(leaky).values(),
+                                                 weights(pall).values(), strict=True))
+    replayed = []
+    step = leaky.replay.replay_loss
+
+    def spy(net, tasks, per_task):
+        replayed.append(list(tasks))
+        return step(net, tasks, per_task)
+
+    leaky.replay.replay_loss = spy
+    leaky.unlearn(1)
+    pall.unlearn(1)
+    assert replayed and all(tasks == [0, 2, 1] for tasks in replayed)
+    assert 1 not in leaky.memory.buffers and 1 not in leaky.model.masks
+    assert any(not torch.equal(a, b) for a, b in zip(weights(leaky).values(),
+                                                     weights(pall).values(), strict=True))
+
+
+def test_provenance_catches_the_redraw_leak():
+    record = run_record("pall_leak_redraw_100", 0, {**FAST_CONFIG, **CONFIG},
+                        requests=seq("L0 L1 L2 U1"), probe=partial(AuditProbe, [1]))
+    (check,) = record["probe"]["provenance"]
+    assert not check["direct_pass"]
+
+
+def test_oracle_runs_of_a_leaky_variant_are_pall_s():
+    config = {**FAST_CONFIG, **CONFIG}
+    oracle = seq("L0 L2 L3")
+    leaky = RunSpec.of("pall_leak_redraw_50", 0, config, oracle)
+    twin = oracle_twin(leaky)
+    assert twin == RunSpec.of("pall", 0, config, oracle) and oracle_twin(twin) is twin
+    a = run_record("pall_leak_redraw_50", 0, config, requests=oracle)
+    b = run_record("pall", 0, config, requests=oracle)
+    assert a["accuracy"] == b["accuracy"] and a["learning_checks"] == b["learning_checks"]
+
+
+def test_leak_options_are_checked():
+    with pytest.raises(ValueError, match="leak='nothing' is invalid"):
+        make_strategy("pall_leak_head", leak="nothing")
+    with pytest.raises(ValueError, match="leak_fraction=0.0 must lie in"):
+        make_strategy("pall_leak_head", leak_fraction=0.0)
