@@ -3,8 +3,8 @@ logit-scaled confidences, a per-example Gaussian likelihood-ratio membership att
 given target runs in the style of LiRA / U-LiRA (Carlini et al. 2022, "Membership inference
 attacks from first principles"; Hayes et al. 2025, "Inexact unlearning needs more careful
 evaluations"; every run left out in turn, all at once and under permutations:
-:func:`pall_avalanche.audit.permutation.lira_loo_scores`), ROC summaries with intervals
-resampling runs and examples, and a relearning attack's steps-to-threshold gap."""
+:func:`pall_avalanche.audit.permutation.lira_loo_scores`), ROC summaries, and a relearning
+attack's steps-to-threshold gap."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.special import logsumexp
-from scipy.stats import rankdata
 
+from pall_avalanche.audit.permutation import log_normal, row_aucs
 from pall_avalanche.audit.statistics import roc_auc, t_interval
 
 __all__ = ["attack_summary", "confidence_features", "lira_scores", "logit_confidence",
@@ -94,10 +94,6 @@ def _gaussians(values: np.ndarray, mask: np.ndarray
     return count, mean, var, pooled
 
 
-def _log_normal(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    return -np.log(std) - 0.5 * np.log(2 * np.pi) - 0.5 * ((x - mean) / std) ** 2
-
-
 def lira_scores(features: np.ndarray, member: np.ndarray, targets: Sequence[int], *,
                 global_variance: bool = False, min_std: float = 1e-3) -> np.ndarray:
     """(len(targets), N) likelihood-ratio membership scores of the target runs.
@@ -144,7 +140,7 @@ def lira_scores(features: np.ndarray, member: np.ndarray, targets: Sequence[int]
     mu_out = np.where(valid[:, None], mu_out, 0.0)
 
     x = features[targets]                                           # (K, N, d)
-    ratio = (_log_normal(x, mu_in, std_in) - _log_normal(x, mu_out, std_out)).sum(axis=2)
+    ratio = (log_normal(x, mu_in, std_in) - log_normal(x, mu_out, std_out)).sum(axis=2)
     return np.where(valid[None, :], ratio, 0.0)
 
 
@@ -192,30 +188,15 @@ def _fpr_key(fpr: float) -> str:
     return f"tpr@{fpr:g}"
 
 
-def _row_aucs(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Each row's AUC (Mann–Whitney rank sum, ties one half), NaN for a row holding one
-    class only: :func:`~pall_avalanche.audit.statistics.roc_auc` row by row, in one pass."""
-    ranks = rankdata(scores, axis=1)
-    n_pos = labels.sum(axis=1).astype(np.float64)
-    n_neg = labels.shape[1] - n_pos
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return ((ranks * labels).sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-
-
 def attack_summary(scores: np.ndarray, member: np.ndarray, *,
-                   fprs: Sequence[float] = (0.01, 0.001), level: float = 0.95,
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, float | int]:
+                   fprs: Sequence[float] = (0.01, 0.001)) -> dict[str, float | int]:
     """AUC and TPR at each FPR in ``fprs`` of an attack's scores on runs × target examples,
-    each with a percentile bootstrap interval that resamples runs *and* examples with
-    replacement (both are random draws: a run's training randomness and the examples' own
-    difficulty; resampling runs alone gives intervals too narrow when there are few
-    examples); resamples holding a single class are skipped (bounds NaN if every resample
-    is).
+    and the task-level attack (their intervals and p-values come from the permutation nulls:
+    :func:`~pall_avalanche.audit.permutation.membership_test`).
 
-    Keys: ``auc``, ``auc_low``, ``auc_high``, and per FPR f ``tpr@f``, ``tpr@f_low``,
-    ``tpr@f_high`` (f written with ``:g``, e.g. ``tpr@0.01``); ``inout_auc`` (with ``_low``
-    and ``_high``): the task-level attack, the mean over runs of each run's own AUC (its IN
-    examples against its OUT examples); plus ``n_groups`` (runs) and ``n_scores``.
+    Keys: ``auc``, per FPR f ``tpr@f`` (f written with ``:g``, e.g. ``tpr@0.01``),
+    ``inout_auc`` (the mean over runs of each run's own AUC: its IN examples against its OUT
+    examples), ``n_groups`` (runs) and ``n_scores``.
 
     :param scores: (runs, examples) scores, higher = more likely IN.
     :param member: (runs, examples) whether the example was IN for the run (0/1).
@@ -224,33 +205,14 @@ def attack_summary(scores: np.ndarray, member: np.ndarray, *,
     if scores.ndim != 2 or scores.shape != member.shape:
         raise ValueError(f"scores {scores.shape} and member {member.shape} must be equal "
                          "(runs, examples) matrices")
-
-    def measures(s: np.ndarray, lab: np.ndarray) -> list[float]:
-        per_run = _row_aucs(s, lab)
-        s, lab = _binary(s.ravel(), lab.ravel())
-        curve = roc_curve(s, lab)
-        return ([roc_auc(s, lab)] + [_tpr_at(curve, f) for f in fprs]
-                + [float(np.nanmean(per_run)) if np.isfinite(per_run).any() else float("nan")])
-
-    names = ["auc"] + [_fpr_key(f) for f in fprs] + ["inout_auc"]
-    point = measures(scores, member)
-    rng = np.random.default_rng(seed)
-    runs, examples = scores.shape
-    boots = []
-    for _ in range(n_boot):
-        rows, cols = rng.integers(0, runs, runs), rng.integers(0, examples, examples)
-        lab = member[np.ix_(rows, cols)]
-        if lab.min() != lab.max():
-            boots.append(measures(scores[np.ix_(rows, cols)], lab))
-    out: dict[str, float | int] = {}
-    for k, name in enumerate(names):
-        out[name] = float(point[k])
-        if boots:
-            low, high = np.percentile([b[k] for b in boots], [50 * (1 - level), 50 * (1 + level)])
-        else:
-            low = high = float("nan")
-        out[f"{name}_low"], out[f"{name}_high"] = float(low), float(high)
-    out["n_groups"], out["n_scores"] = runs, scores.size
+    per_run = row_aucs(scores, member)
+    flat, labels = _binary(scores.ravel(), member.ravel())
+    curve = roc_curve(flat, labels)
+    out: dict[str, float | int] = {"auc": roc_auc(flat, labels)}
+    out.update({_fpr_key(f): _tpr_at(curve, f) for f in fprs})
+    out["inout_auc"] = (float(np.nanmean(per_run)) if np.isfinite(per_run).any()
+                        else float("nan"))
+    out["n_groups"], out["n_scores"] = scores.shape[0], scores.size
     return out
 
 

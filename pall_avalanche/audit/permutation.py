@@ -31,9 +31,9 @@ from scipy.stats import rankdata
 
 from pall_avalanche.catalog import AUDIT_PERMUTATIONS
 
-__all__ = ["N_PERMUTATIONS", "eq1_test", "gaussian_kl", "holm", "lira_loo_scores",
-           "membership_test", "p_value", "paired_kl_test", "ridge_scores", "row_aucs",
-           "seed_folds", "upper_bound"]
+__all__ = ["N_PERMUTATIONS", "eq1_test", "gaussian_kl", "holm", "lira_loo_scores", "log_normal",
+           "lower_bound", "membership_test", "p_value", "paired_kl_test", "ridge_scores",
+           "row_aucs", "seed_folds", "upper_bound"]
 
 #: Permutations per test (the catalog's default, read by the audit's command line).
 N_PERMUTATIONS = AUDIT_PERMUTATIONS
@@ -46,7 +46,10 @@ K = TypeVar("K")
 # ------------------------------------------------------------------------- p-values
 def p_value(observed: float, null: np.ndarray) -> float:
     """One-sided permutation p-value (1 + #{null ≥ observed}) / (1 + n): never 0, valid
-    (P(p ≤ a) ≤ a under the null) for any number of permutations."""
+    (P(p ≤ a) ≤ a under the null) for any number of permutations; NaN when the statistic is
+    (a test that could not be computed is not a detection)."""
+    if observed != observed:
+        return float("nan")
     null = np.asarray(null, dtype=np.float64)
     return float((1 + np.count_nonzero(null >= observed - 1e-12)) / (1 + len(null)))
 
@@ -60,6 +63,15 @@ def upper_bound(observed: float, null: np.ndarray, center: float, level: float =
     differences, are). "AUC ≤ bound at 95 %"."""
     bound = observed + center - np.quantile(np.asarray(null, dtype=np.float64), 1 - level)
     return float(min(1.0, bound))
+
+
+def lower_bound(observed: float, null: np.ndarray, center: float, level: float = 0.95
+                ) -> float:
+    """The one-sided ``level`` lower confidence bound by the same inversion as
+    :func:`upper_bound`: the smallest value v for which observed − (v − center) is not above
+    the null's ``level`` quantile; at least 0. "AUC ≥ bound at 95 %"."""
+    bound = observed + center - np.quantile(np.asarray(null, dtype=np.float64), level)
+    return float(max(0.0, bound))
 
 
 def holm(pvalues: Mapping[K, float]) -> dict[K, float]:
@@ -163,7 +175,8 @@ def eq1_test(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
 
 
 # ------------------------------------------------------------------------- IN/OUT attack
-def _log_normal(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+def log_normal(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """The log density of N(mean, std²) at ``x``, elementwise."""
     return -np.log(std) - 0.5 * np.log(2 * np.pi) - 0.5 * ((x - mean) / std) ** 2
 
 
@@ -208,8 +221,8 @@ def lira_loo_scores(features: np.ndarray, member: np.ndarray, min_std: float = 1
     std_in = np.maximum(np.sqrt(np.where(np.isfinite(var_in), var_in, 1.0)), min_std)
     std_out = np.maximum(np.sqrt(np.where(np.isfinite(var_out), var_out, 1.0)), min_std)
     with np.errstate(invalid="ignore"):
-        ratio = (_log_normal(x, np.nan_to_num(mu_in), std_in)
-                 - _log_normal(x, np.nan_to_num(mu_out), std_out)).sum(-1)
+        ratio = (log_normal(x, np.nan_to_num(mu_in), std_in)
+                 - log_normal(x, np.nan_to_num(mu_out), std_out)).sum(-1)
     return np.where(valid, ratio, 0.0)
 
 

@@ -14,13 +14,16 @@ t's head and under the head of every task learned after t
 through later tasks). Every run is attacked with Gaussians fitted on the other runs where the
 example was IN and where it was OUT (leave one run out,
 :func:`~pall_avalanche.audit.permutation.lira_loo_scores`), and the likelihood ratios of all
-runs and examples give the ROC (AUC, TPR at 1 % and 0.1 % FPR, intervals resampling runs and
-examples). At task level, each run's own IN examples against its OUT examples give one AUC
-per run (their mean): 0.5 when the model says nothing about which half it saw.
+runs and examples give the ROC (AUC, TPR at 1 % and 0.1 % FPR). At task level, each run's
+own IN examples against its OUT examples give one AUC per run (their mean): 0.5 when the
+model says nothing about which half it saw.
 
-The same attack against oracle runs (R′: t never learned, membership drawn the same way) is
-the control. Each attack's permutation null shuffles every example's memberships across the
-runs and refits (:func:`~pall_avalanche.audit.permutation.membership_test`); the attack is
+The same attack (the same heads: t's and those R learns after it) against oracle runs (R′:
+t never learned, membership drawn the same way) is the control. Each attack's permutation
+null shuffles every example's memberships across the runs and refits
+(:func:`~pall_avalanche.audit.permutation.membership_test`; it keeps each example's number of
+IN runs, not each run's class-balanced half, so it is conservative); its AUC's 95 % interval
+inverts that test under a shift model; the attack is
 compared with its control through the difference of their AUCs, whose null comes from the
 same permutations of both (the runs share their memberships). An exact method's difference
 stays within its null. KLoM and the retained-set exposure
@@ -42,6 +45,7 @@ from pall_avalanche.audit.leaky import run_sharing_twins
 from pall_avalanche.audit.oracle import not_learned, oracle_sequence
 from pall_avalanche.audit.permutation import (
     N_PERMUTATIONS,
+    lower_bound,
     membership_test,
     p_value,
     upper_bound,
@@ -96,18 +100,19 @@ def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any
     return records
 
 
-def _later_tasks(record: Mapping[str, Any], task: int) -> list[int]:
-    """The tasks the record's sequence learns after ``task`` (whose heads the attack reads)."""
+def attacked_heads(record: Mapping[str, Any]) -> list[int]:
+    """The heads the attack reads, from a record of the audited sequence R: the audited
+    task's and those of the tasks R learns after it."""
+    task = record["probe"]["task"]
     order = [r["task"] for r in record["requests"] if r["kind"] == "learn"]
-    return order[order.index(task) + 1:] if task in order else order
+    return [task, *order[order.index(task) + 1:]]
 
 
-def _attack_inputs(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int]
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """(features (runs, examples, heads), membership (runs, examples)) of one method's runs."""
     first = records[0]
-    task = first["probe"]["task"]
     cpt = first["split"]["classes_per_task"]
-    heads = [task, *_later_tasks(first, task)]
     y = np.asarray(first["probe"]["targets"]["y"])
     features = np.stack([confidence_features(np.asarray(r["probe"]["targets"]["logits"]), y,
                                              heads, cpt) for r in records])
@@ -117,15 +122,15 @@ def _attack_inputs(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np
     return features, member
 
 
-def attack(records: Sequence[Mapping[str, Any]], *, n_permutations: int = N_PERMUTATIONS
-           ) -> dict[str, Any]:
-    """The per-example attack (leave one run out) and the task-level IN/OUT AUC over one
-    method's shadow runs of one role (module docstring):
+def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
+           n_permutations: int = N_PERMUTATIONS) -> dict[str, Any]:
+    """The per-example attack (leave one run out) reading ``heads`` and the task-level IN/OUT
+    AUC over one method's shadow runs of one role (module docstring):
     :func:`~pall_avalanche.audit.attacks.attack_summary`'s keys, ``runs``, ``negatives``
     (the distinct target examples, the independent negatives a TPR at an FPR rests on), and
     the permutation nulls ``null_auc`` / ``null_inout_auc`` (arrays,
     :func:`~pall_avalanche.audit.permutation.membership_test`)."""
-    features, member = _attack_inputs(records)
+    features, member = _attack_inputs(records, heads)
     test = membership_test(features, member, n_permutations=n_permutations)
     out: dict[str, Any] = attack_summary(test["scores"], member)
     out.update(runs=len(records), negatives=int(member.shape[1]),
@@ -139,7 +144,8 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
     its oracle runs (prefixed ``control_``), each statistic's permutation p-value
     (``attack_auc_p``, ...), the attack against its control (``leak_auc`` = attack AUC −
     control AUC, and ``leak_inout_auc``, each with ``_p``, its permutation p-value, and
-    ``_upper``, its one-sided 95 % upper bound), KLoM per example group and the
+    ``_upper``, its one-sided 95 % upper bound; the attacks' AUCs with ``_low`` / ``_high``,
+    their two-sided 95 % interval by the same inversion), KLoM per example group and the
     retained-set exposure (:mod:`~pall_avalanche.audit.exposure`), and the audited task's
     learning checks over the unlearned runs (``shadow_not_learned`` of ``shadow_runs``).
     The attacks, their comparison and KLoM read the runs of both roles paired by shadow seed
@@ -158,15 +164,18 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
         pairs = sorted(set(mine["unlearned"]) & set(mine["oracle"]))
         records = {role: [mine[role][i] for i in pairs] for role in mine}
         if len(pairs) >= 4:
-            found = {role: attack(records[role], n_permutations=n_permutations)
+            heads = attacked_heads(records["unlearned"][0])
+            found = {role: attack(records[role], heads, n_permutations=n_permutations)
                      for role in records}
             for role, prefix in (("unlearned", "attack_"), ("oracle", "control_")):
                 for key, value in found[role].items():
                     if not key.startswith("null_"):
                         row[prefix + key] = value
                 for name in ("auc", "inout_auc"):
-                    row[f"{prefix}{name}_p"] = p_value(found[role][name],
-                                                       found[role][f"null_{name}"])
+                    value, null = found[role][name], found[role][f"null_{name}"]
+                    row[f"{prefix}{name}_p"] = p_value(value, null)
+                    row[f"{prefix}{name}_low"] = lower_bound(value, null, 0.5, 0.975)
+                    row[f"{prefix}{name}_high"] = upper_bound(value, null, 0.5, 0.975)
             for name in ("auc", "inout_auc"):
                 diff = found["unlearned"][name] - found["oracle"][name]
                 null = found["unlearned"][f"null_{name}"] - found["oracle"][f"null_{name}"]

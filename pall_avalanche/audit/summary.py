@@ -44,6 +44,22 @@ class AuditSummary:
     family_size: int
     #: The audited methods (the family), the others being calibration instruments.
     audited: list[str] = field(default_factory=list)
+    #: Permutations per test and Eq. 1's seeds: what the smallest reachable p-values rest on.
+    n_permutations: int = N_PERMUTATIONS
+    n_seeds: int = 0
+
+    @property
+    def smallest_p(self) -> float:
+        """The smallest adjusted p-value any test can reach: Holm's first step, m / (N + 1)."""
+        return min(1.0, self.family_size / (self.n_permutations + 1))
+
+    @property
+    def smallest_eq1_p(self) -> float:
+        """The same for Eq. 1: its statistic is unchanged when every seed's pair is swapped
+        (a linear fit of the labels), so its null holds at most 2^(n − 1) distinct values and
+        its p-value is at least 2^(1 − n) for n seeds."""
+        raw = max(1 / (self.n_permutations + 1), 2.0 ** (1 - self.n_seeds))
+        return min(1.0, self.family_size * raw)
 
     @property
     def delta_text(self) -> str | None:
@@ -53,9 +69,10 @@ class AuditSummary:
         return f"{self.delta[0]:.0%} of what t trained kept".replace("%", " %")
 
 
-def _dose(method: str) -> float | None:
-    """The dose of a leaky variant that keeps a fraction of what t trained, else None."""
-    config = METHOD_INFO[method].config
+def _dose(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The dose of a leaky variant (the fraction of what t trained it keeps) from its
+    records' configuration, else None."""
+    config = records[0]["config"] if records else {}
     return float(config["leak_fraction"]) if config.get("leak") == "redraw" else None
 
 
@@ -88,9 +105,11 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
             any(adjusted.get((AUDIT_CONTROL, t), 1.0) < ALPHA for t in LEAK_TESTS)
             and control.get("attack_auc", 0.0) >= POWER_AUC
             and control.get("attack_auc_low", 0.0) > POWER_AUC_LOW)
-    doses = [(_dose(m), m) for m in methods if m in AUDIT_LEAKS and _dose(m) is not None]
+    doses = [(dose, m) for m in methods if m in AUDIT_LEAKS and (dose := _dose(
+        [r for r in runs["unlearned"] if r["method"] == m])) is not None]
     delta = detection_limit(doses, adjusted) if doses else None
-    summary = AuditSummary(rows, powered, delta, family_size, audited)
+    n_seeds = len({r["seed"] for r in runs["unlearned"]})
+    summary = AuditSummary(rows, powered, delta, family_size, audited, n_permutations, n_seeds)
     for row in rows:
         measured = all(k in row for k in ("auc", "leak_auc"))
         row["verdict"] = (verdict(row, adjusted, exact=METHOD_INFO[row["method"]].exact,

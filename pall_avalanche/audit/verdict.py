@@ -31,8 +31,8 @@ from typing import Any
 
 from pall_avalanche.audit.permutation import holm
 
-__all__ = ["ALPHA", "LEAKS", "LEAK_TESTS", "NO_LEAK", "SIGNATURE", "SIGNATURE_TESTS",
-           "detection_limit", "family_p_values", "verdict"]
+__all__ = ["ALPHA", "FAMILY_TESTS", "LEAKS", "LEAK_TESTS", "NO_LEAK", "SIGNATURE",
+           "SIGNATURE_TESTS", "detection_limit", "family_p_values", "verdict"]
 
 LEAKS = "leaks D^t"
 SIGNATURE = "leaves a signature, not of D^t"
@@ -46,6 +46,8 @@ LEAK_TESTS = ("leak_auc", "leak_inout_auc")
 SIGNATURE_TESTS = ("auc", "auc_head", "klom_forget_q0.9")
 #: The control's own tests (calibration).
 CONTROL_TESTS = ("control_auc", "control_inout_auc")
+#: Every test of an audited method, in the Holm family.
+FAMILY_TESTS = (*LEAK_TESTS, *SIGNATURE_TESTS, *CONTROL_TESTS)
 
 
 def family_p_values(rows: Sequence[Mapping[str, Any]], audited: Iterable[str]
@@ -59,7 +61,7 @@ def family_p_values(rows: Sequence[Mapping[str, Any]], audited: Iterable[str]
     family's strictest step, so a leak such an instrument shows detected would also be
     flagged in an audited method."""
     audited = set(audited)
-    tests = (*LEAK_TESTS, *SIGNATURE_TESTS, *CONTROL_TESTS)
+    tests = FAMILY_TESTS
     raw = {(row["method"], test): row.get(f"{test}_p", float("nan"))
            for row in rows for test in tests}
     family = {key: p for key, p in raw.items() if key[0] in audited}

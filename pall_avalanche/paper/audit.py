@@ -26,6 +26,7 @@ written to ``<report-dir>/audit_<benchmark>[_quick].{md,csv,tex}``.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import time
@@ -86,9 +87,18 @@ def _notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[st
              f"detected too is δ = {summary.delta_text} ({method_label(summary.delta[1])})"
              if summary.delta else f"Dose-response ({doses}): no dose of leak is detected "
                                    "(δ unknown)")
+    resolution = (f"Resolution: the smallest adjusted p-value a test can reach is "
+                  f"{summary.smallest_p:.3g}, Eq. 1's {summary.smallest_eq1_p:.3g} with "
+                  f"{summary.n_seeds} seeds")
+    if max(summary.smallest_p, summary.smallest_eq1_p) >= ALPHA:
+        resolution += (f": at or above {ALPHA:g}, so some tests cannot detect anything here "
+                       "(more permutations or seeds)")
     return (
         power,
-        delta + "; 'no leak above δ' means no leak the size of that variant's is present.",
+        delta + "; 'no leak above δ' means that a PALL variant keeping that much of what t "
+        "trained is detected in this setting, and nothing is found in the method: a bound "
+        "measured here, not a guarantee for other models or sequences.",
+        resolution + ".",
         f"Tests: permutation p-values ({n_permutations:,} permutations per test, the whole fit "
         "redone per permutation); Holm's correction "
         f"over the audited methods × tests ({summary.family_size} tests; family-wise "
@@ -234,14 +244,12 @@ def main(argv=None) -> None:
                              "runs unless --seeds / --shadows say otherwise (report "
                              "audit_<benchmark>_quick, records under results/audit_quick)")
     parser.add_argument("--permutations", type=int, default=AUDIT_PERMUTATIONS,
-                        help=f"permutations per test (default {AUDIT_PERMUTATIONS}; at least 100)")
+                        help=f"permutations per test (default {AUDIT_PERMUTATIONS}; at least "
+                             "the number of audited tests / 0.05)")
     args = parse_run_arguments(parser, argv)
     if args.shadows is not None and args.shadows < 4:
         raise ValueError(f"--shadows {args.shadows}: at least 4 shadow runs are needed (every "
                          "example needs IN and OUT runs besides the attacked one)")
-    if args.permutations < 100:
-        raise ValueError(f"--permutations {args.permutations}: at least 100 are needed (the "
-                         "smallest p-value is 1 / (permutations + 1))")
     methods = parse_methods(args.methods)
     methods += [m for m in (AUDIT_CONTROL, *AUDIT_LEAKS) if m not in methods]
     if not args.quick:   # the powered setting's keys, unless the command line sets them
@@ -268,7 +276,14 @@ def main(argv=None) -> None:
     from pall_avalanche.audit import oracle_sequence, run_audit
     from pall_avalanche.audit.shadows import run_shadows
     from pall_avalanche.audit.summary import summarise
+    from pall_avalanche.audit.verdict import ALPHA, FAMILY_TESTS
 
+    tests = sum(m not in (AUDIT_CONTROL, *AUDIT_LEAKS) for m in methods) * len(FAMILY_TESTS)
+    needed = math.ceil(max(tests, len(FAMILY_TESTS)) / ALPHA)
+    if args.permutations < needed:
+        raise ValueError(f"--permutations {args.permutations}: too few for {tests} tests at "
+                         f"family-wise {ALPHA:g} (the smallest adjusted p-value is tests / "
+                         f"(permutations + 1)); use at least {needed}")
     if requests is None:
         requests = RequestSequence.parse(" ".join(AUDIT_REQUESTS), config["n_tasks"])
     oracle, _ = oracle_sequence(requests)

@@ -268,7 +268,7 @@ def test_audit_script_end_to_end(tmp_path):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4", "--quiet",
-            "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "100",
+            "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "300",
             "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
     with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for Eq. 1's "
                                          r"5-fold cross-validation"):
@@ -305,6 +305,7 @@ def test_audit_script_end_to_end(tmp_path):
     assert np.isfinite(numbers.loc[AUDIT_CONTROL, "leak_auc"])
     for bad, message in ((["--n-unlearn", "2"], r"--n-unlearn=2 does not apply"),
                          (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
-                         (["--permutations", "50"], r"--permutations 50: at least 100")):
+                         (["--permutations", "279"], r"--permutations 279: too few for 14 "
+                                                     r"tests at family-wise 0\.05 .*at least 280")):
         with pytest.raises(ValueError, match=message):
             script.main([*argv, *bad])

@@ -19,6 +19,7 @@ from pall_avalanche.audit.permutation import (
     gaussian_kl,
     holm,
     lira_loo_scores,
+    lower_bound,
     membership_test,
     p_value,
     paired_kl_test,
@@ -47,6 +48,11 @@ def test_p_value_holm_and_bound_by_hand():
     null = np.linspace(0.4, 0.6, 101)                       # 5 % quantile 0.41
     assert upper_bound(0.52, null, 0.5) == pytest.approx(0.52 + 0.09)
     assert upper_bound(0.99, null, 0.5) == 1.0
+    # and the lower one down from the 95 % quantile 0.59; at least 0
+    assert lower_bound(0.52, null, 0.5) == pytest.approx(0.52 - 0.09)
+    assert lower_bound(0.01, null, 0.5, level=0.975) == 0.0
+    # a statistic that could not be computed is no detection
+    assert math.isnan(p_value(float("nan"), null))
 
 
 def test_row_aucs_match_roc_auc_row_by_row():

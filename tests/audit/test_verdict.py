@@ -86,3 +86,17 @@ def test_detection_limit_is_the_smallest_dose_with_every_larger_one_detected():
     # a leaky variant at a dose at or above δ is reported leaking
     r = row("b", leak_auc=0.0001)
     assert verdict(r, family_p_values([r], []), exact=False, powered=True, delta="x") == LEAKS
+
+
+def test_the_smallest_reachable_p_values_say_what_a_setting_can_detect():
+    from pall_avalanche.audit.summary import AuditSummary
+
+    # 11 audited methods × 7 tests, 2,000 permutations: Holm's first step 77 / 2,001
+    powered = AuditSummary([], True, None, 77, n_permutations=2000, n_seeds=32)
+    assert powered.smallest_p == pytest.approx(77 / 2001)
+    assert powered.smallest_eq1_p == pytest.approx(77 / 2001)     # 2^-31 is smaller
+    # 6 seeds: a swap of every pair leaves Eq. 1 unchanged, so p ≥ 2^-5 and 77 · 2^-5 > 1
+    quick = AuditSummary([], False, None, 77, n_permutations=2000, n_seeds=6)
+    assert quick.smallest_eq1_p == 1.0 and quick.smallest_p < 0.05
+    assert AuditSummary([], True, None, 7, n_permutations=2000,
+                        n_seeds=12).smallest_eq1_p == pytest.approx(7 * 2 ** -11)
