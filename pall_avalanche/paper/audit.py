@@ -210,8 +210,10 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
 POWERED = (("train_per_task", 20), ("epochs", 50), ("batch_size", 8), ("buffer_size", 50))
 #: The committed audit's seeds for Eq. 1 and shadow runs per method and role.
 DEFAULT_SEEDS, DEFAULT_SHADOWS = 32, 64
-#: ``--quick``: plain digits (its configuration as it is), few seeds and shadow runs.
-QUICK = {"seeds": 6, "shadows": 16}
+#: ``--quick``: plain digits (its configuration as it is but for :data:`QUICK_SETTING`), few
+#: seeds and shadow runs: a first look in a few minutes.
+QUICK = {"seeds": 6, "shadows": 8}
+QUICK_SETTING = (("epochs", 5),)
 
 
 def _left_out(runs: dict, shadow_runs: dict, methods: list[str], n_seeds: int,
@@ -240,8 +242,9 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help=f"a first look on plain digits (the powered setting's "
                              f"{', '.join(k for k, _ in POWERED)} left as the configuration "
-                             f"has them): {QUICK['seeds']} seeds, {QUICK['shadows']} shadow "
-                             "runs unless --seeds / --shadows say otherwise (report "
+                             f"has them, {', '.join(f'{k} {v}' for k, v in QUICK_SETTING)}): "
+                             f"{QUICK['seeds']} seeds, {QUICK['shadows']} shadow runs unless "
+                             "--seeds / --shadows say otherwise (report "
                              "audit_<benchmark>_quick, records under results/audit_quick)")
     parser.add_argument("--permutations", type=int, default=AUDIT_PERMUTATIONS,
                         help=f"permutations per test (default {AUDIT_PERMUTATIONS}; at least "
@@ -252,11 +255,11 @@ def main(argv=None) -> None:
                          "example needs IN and OUT runs besides the attacked one)")
     methods = parse_methods(args.methods)
     methods += [m for m in (AUDIT_CONTROL, *AUDIT_LEAKS) if m not in methods]
-    if not args.quick:   # the powered setting's keys, unless the command line sets them
-        given = {text.partition("=")[0].strip() for text in args.overrides}
-        given |= {key for key in FLAG_KEYS if getattr(args, key, None) is not None}
-        args.overrides = [*(f"{k}={v}" for k, v in POWERED if k not in given),
-                          *args.overrides]
+    # the setting's keys, unless the command line sets them
+    given = {text.partition("=")[0].strip() for text in args.overrides}
+    given |= {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
+    args.overrides = [*(f"{k}={v}" for k, v in (QUICK_SETTING if args.quick else POWERED)
+                        if k not in given), *args.overrides]
     if args.quick and args.out == Path("results/audit"):
         args.out = Path("results/audit_quick")
     seeds_given = args.seeds is not None

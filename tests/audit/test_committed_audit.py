@@ -1,5 +1,5 @@
 """The committed audit report reproduces: cells of reports/audit_digits.md regenerated here from
-a clean folder with the report's own setting (its command's defaults) equal the committed ones.
+a clean folder with the report's own setting (its command's) equal the committed ones.
 A record's identity includes the code that wrote it, so these runs cannot be reused from an
 older code state."""
 
@@ -29,8 +29,8 @@ def committed_row(label: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_independent_cells_regenerate_from_a_clean_folder(tmp_path):
     text = REPORT.read_text()
-    assert re.search(r"Command: `python benchmarks/audit\.py --jobs 2 --quiet --report-dir "
-                     r"reports`", text), "the committed report's command changed"
+    assert re.search(r"Command: `python benchmarks/audit\.py --permutations 10000 --jobs 2 "
+                     r"--quiet --report-dir reports`", text), "the report's command changed"
     config = {**load_config(CONFIG_DIR / "digits.yaml"), **dict(POWERED)}
     runs = run_audit(["independent"], list(range(DEFAULT_SEEDS)), config, tmp_path,
                      requests=seq(" ".join(AUDIT_REQUESTS)), show_progress=False, jobs=2)
