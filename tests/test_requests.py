@@ -14,10 +14,7 @@ from pall_avalanche.requests import (
 
 def seq(text: str, n_tasks: int = 5) -> RequestSequence:
     """``"L0 L1 U0"`` → a RequestSequence."""
-    return RequestSequence(
-        [Request("learn" if tok[0] == "L" else "unlearn", int(tok[1:])) for tok in text.split()],
-        n_tasks,
-    )
+    return RequestSequence.parse(text, n_tasks)
 
 
 @pytest.mark.parametrize("seed", range(30))
