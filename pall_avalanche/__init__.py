@@ -8,7 +8,7 @@ and every script, sweep and the exactness audit run it by name::
     register_method("mine", "my_package.strategy:Mine", exact=False, config={"l2_strength": 0.1})
 
 A file of such calls is loaded with ``--plugin FILE`` (or an installed package's
-``pall_avalanche.plugins`` entry point): see :mod:`pall_avalanche.extensions`.
+``pall_avalanche.extensions`` entry point): see :mod:`pall_avalanche.extensions`.
 """
 
 from pall_avalanche.catalog import register_benchmark, register_method, register_model

@@ -9,7 +9,7 @@ object itself or as an import path ``"package.module:attribute"`` that is loaded
 needs it (:func:`load`): the built-in entries below are import paths, so parsing arguments,
 refusing bad input, ``--help``, reading records and writing reports import neither torch nor
 Avalanche and take a fraction of a second. A user's plugin (``--plugin FILE``, the
-``pall_avalanche.plugins`` entry points: :mod:`pall_avalanche.extensions`) calls the same
+``pall_avalanche.extensions`` entry points: :mod:`pall_avalanche.extensions`) calls the same
 functions; ``tests/test_startup.py`` checks that every built-in entry loads.
 """
 
@@ -24,15 +24,11 @@ __all__ = [
     "ABLATION_METHODS",
     "AUDIT_CONTROL",
     "AUDIT_LEAKS",
-    "AUDIT_REQUESTS",
-    "AUDIT_FOLDS",
-    "AUDIT_REFERENCE_SEED_OFFSET",
     "BENCHMARK_INFO",
     "DENSE_SIZE",
     "INDEPENDENT_SIZE",
     "METHOD_INFO",
     "MODEL_INFO",
-    "SELECTION_NAMES",
     "SUBNETWORK_SIZE",
     "TABLE1_ALPHAS",
     "TABLE1_METHODS",
@@ -162,9 +158,9 @@ def register_method(name: str, strategy: Any, *, exact: bool, label: str | None 
     :param ranges: own key → (low, high), inclusive bounds (``None``: unbounded) of a number.
     :param params: configuration keys the strategy takes as keyword arguments.
     :param optional: configuration keys passed when the configuration has them.
-    :param size: Table 1's symbolic model size (:data:`MODEL_SIZES`); default: from the
-        strategy's class when it is given as a class (subnetwork methods ``d + M_i``,
-        Independent ``d × |Ω_i|``), else ``d``.
+    :param size: Table 1's symbolic model size (:data:`MODEL_SIZES`); default: the
+        strategy class's ``table_size`` when it is given as a class (subnetwork methods
+        ``d + M_i``, Independent ``d × |Ω_i|``), else ``d``.
     :raises ValueError: a taken or invalid name, or an invalid default or range.
     """
     _check_name(name, METHOD_INFO, "method")
@@ -203,15 +199,9 @@ def register_method(name: str, strategy: Any, *, exact: bool, label: str | None 
 
 
 def _size_of(strategy: Any) -> str:
-    """Table 1's symbolic size from a strategy class (``d`` for an import path)."""
-    if isinstance(strategy, str):
-        return DENSE_SIZE
-    from pall_avalanche.strategies.independent import Independent
-    from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
-
-    if issubclass(strategy, Independent):
-        return INDEPENDENT_SIZE
-    return SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else DENSE_SIZE
+    """Table 1's symbolic size from a strategy class (its ``table_size``; ``d`` for an
+    import path, whose class is not imported here)."""
+    return DENSE_SIZE if isinstance(strategy, str) else getattr(strategy, "table_size", DENSE_SIZE)
 
 
 def method_label(method: str) -> str:
@@ -238,13 +228,13 @@ register_method("pall_strict", f"{_STRATEGIES}.pall:PALL", exact=True,
 register_method("pall_frozen_tokens", f"{_STRATEGIES}.pall:PALL", exact=True,
                 label="PALL (frozen tokens)", params=_PALL, optional=_PALL_OPTIONS,
                 config={"retrain_tokens": False}, size=SUBNETWORK_SIZE)
-register_method("er", f"{_STRATEGIES}.rehearsal:ER", exact=False, label="ER",
+register_method("er", f"{_STRATEGIES}.replay:ER", exact=False, label="ER",
                 params=("buffer_size", "n_retrain_iters"))
-register_method("derpp", f"{_STRATEGIES}.rehearsal:DERpp", exact=False, label="DER++",
+register_method("derpp", f"{_STRATEGIES}.replay:DERpp", exact=False, label="DER++",
                 params=("buffer_size", "n_retrain_iters", "beta"))
-register_method("gem", f"{_STRATEGIES}.rehearsal:GEM", exact=False, label="GEM",
+register_method("gem", f"{_STRATEGIES}.replay:GEM", exact=False, label="GEM",
                 params=("buffer_size", "n_retrain_iters", "memory_strength"))
-register_method("er_retrain", f"{_STRATEGIES}.rehearsal:ERRetraining", exact=True,
+register_method("er_retrain", f"{_STRATEGIES}.replay:ERRetraining", exact=True,
                 label="ER (Retraining)", params=("buffer_size", "retrain_epochs"))
 register_method("ewc", f"{_STRATEGIES}.ewc:EWC", exact=False, label="EWC",
                 params=("ewc_lambda",))
@@ -334,7 +324,7 @@ def register_benchmark(name: str, builder: Any, *, n_classes: int, default_n_tas
     :param n_classes: the number of classes over all tasks.
     :param default_n_tasks: T when the configuration does not set ``n_tasks``.
     :param config: what the run configuration of ``--benchmark NAME`` sets (a mapping or the
-        path of a YAML file — relative paths are read from the working directory, so a plugin
+        path of a YAML file — relative paths are read from the working directory, so an extension
         gives ``Path(__file__).parent / "mine.yaml"`` — keys as in
         ``pall_avalanche/configs/digits.yaml``), over the digits configuration with this
         benchmark and ``n_tasks = default_n_tasks``.
@@ -399,17 +389,3 @@ register_model("cnn", f"{_MODELS}.small:digits_cnn")
 register_model("resnet18", f"{_MODELS}.resnet:resnet18")
 register_model("resnet34", f"{_MODELS}.resnet:resnet34")
 register_model("vit_t8", f"{_MODELS}.vit:vit_t8")
-
-#: The buffer selections (the functions: :data:`pall_avalanche.rehearsal.SELECTIONS`).
-SELECTION_NAMES = ("random", "herding", "entropy", "confidence", "logit_distance")
-
-#: The exactness audit's sequence R (:mod:`pall_avalanche.audit`): task 1 learned, then
-#: unlearned; the oracle sequence R′ is R without task 1.
-AUDIT_REQUESTS = ("L0", "L1", "L2", "L3", "U1", "L4")
-#: Added to a seed for the audit's reference oracle: other training randomness, same split.
-AUDIT_REFERENCE_SEED_OFFSET = 100_000
-#: Folds of the audit's cross-validated distinguisher (at least this many seeds).
-AUDIT_FOLDS = 5
-#: Permutations per test of the audit: the smallest p-value is 1 / (N + 1) ≈ 0.0005, small
-#: enough for Holm's correction over a report's tests (:mod:`pall_avalanche.audit.permutation`).
-AUDIT_PERMUTATIONS = 2000

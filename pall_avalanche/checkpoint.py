@@ -13,7 +13,7 @@ A checkpoint file (:func:`save_checkpoint`) loads with ``torch.load(..., weights
 :func:`capture_rng_state` / :func:`restore_rng_state` cover Python, NumPy, torch CPU and CUDA.
 Tensors keep their device: resume on the device the run started on. A checkpoint file that
 cannot be loaded (random bytes, truncated, empty, refused by ``weights_only``, another
-format) raises :class:`~pall_avalanche.runs.records.CorruptFileError` naming the file, so that the
+format) raises :class:`~pall_avalanche.files.CorruptFileError` naming the file, so that the
 runner can set it aside and start afresh (:mod:`pall_avalanche.runs`).
 """
 
@@ -30,7 +30,7 @@ import torch
 from avalanche.training.utils import ParamData
 from torch import nn
 
-from pall_avalanche.runs.records import CorruptFileError, _one_line, write_atomic
+from pall_avalanche.files import CorruptFileError, one_line, write_atomic
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -50,8 +50,9 @@ __all__ = [
 #: from the training's random stream, so a run resumed across that change would mix two;
 #: plugin state keyed by the plugin's class, not its position; 4: the request log is kept by
 #: the evaluator's metric only, not also by a plugin of its own; 5: buffers and mnemonic codes
-#: keep their task's classes, any class ids; 6: buffers keep their samples' dataset indices).
-CHECKPOINT_FORMAT = 6
+#: keep their task's classes, any class ids; 6: buffers keep their samples' dataset indices;
+#: 7: plugin state keyed by the class's new module, ``pall_avalanche.rehearsal.memory``).
+CHECKPOINT_FORMAT = 7
 _KIND = "__kind__"
 #: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
 #: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),
@@ -238,7 +239,7 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     fsync, rename): a kill or a failed write leaves the previous checkpoint or the new one,
     never a mix. The bytes are serialised in memory first and written with a plain file
     write, so a full disk raises the operating system's error, as
-    :class:`~pall_avalanche.runs.records.WriteError` (``no space left on device writing <path>``),
+    :class:`~pall_avalanche.files.WriteError` (``no space left on device writing <path>``),
     not one of torch's zip writer.
 
     :param path: the checkpoint file.
@@ -266,7 +267,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None
             state = torch.load(f, weights_only=True, map_location=device)
         except Exception as err:  # whatever the bytes, they hold no checkpoint
             raise CorruptFileError(path, f"unreadable checkpoint ({type(err).__name__}: "
-                                         f"{_one_line(err)})") from None
+                                         f"{one_line(err)})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CorruptFileError(path, f"not a checkpoint of format {CHECKPOINT_FORMAT} "

@@ -25,26 +25,25 @@ from pall_avalanche.catalog import (
     ABLATION_METHODS,
     AUDIT_CONTROL,
     AUDIT_LEAKS,
-    BENCHMARK_INFO,
     METHOD_INFO,
     TABLE1_METHODS,
 )
 from pall_avalanche.config import (
     AUTO_MIN_RUNS,
-    INPUT_PIPELINES,
-    THRESHOLD_METHODS,
+    CONFIG_DIR,
     apply_overrides,
-    check_config,
     check_setting,
+    for_benchmark,
     load_config,
     parse_override,
+    with_defaults,
 )
+from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES, THRESHOLD_METHODS
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
-__all__ = ["Parser", "add_run_arguments", "benchmark_config", "check_device", "config_from_args",
-           "main_guard", "parse_methods", "parse_run_arguments", "program_name", "run_options",
-           "with_defaults"]
+__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
+           "parse_methods", "parse_run_arguments", "program_name", "run_options"]
 
 
 def program_name(default: str) -> str:
@@ -83,14 +82,14 @@ FLAG_KEYS = {
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> None:
-    parser.add_argument("--plugin", dest="plugins", action="append", default=[],
+    parser.add_argument("--plugin", dest="extensions", action="append", default=[],
                         metavar="MODULE_OR_FILE",
                         help="a module or .py file registering methods, benchmarks or models "
                              "(register_method, ...), loaded before anything is parsed, in "
                              "every --jobs worker too; repeatable")
     parser.add_argument("--benchmark", default="digits",
                         help="benchmark; picks pall_avalanche/configs/<benchmark>.yaml, or the "
-                             "configuration a plugin registered with it (default: digits, "
+                             "configuration an extension registered with it (default: digits, "
                              "embedded, no download)")
     parser.add_argument("--config", type=Path,
                         help="configuration file (instead of the --benchmark choice of file; "
@@ -118,7 +117,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="total episodic memory, split over the tasks (PALL, ER, DER++, GEM)")
     parser.add_argument("--beta", type=float,
                         help="β, weight of the logit-MSE rehearsal term (PALL, DER++)")
-    parser.add_argument("--amp", choices=["bf16"],
+    parser.add_argument("--amp", choices=AMP_MODES,
                         help="bfloat16 autocast for the training forward passes (recorded in "
                              "the configuration as amp)")
     parser.add_argument("--channels-last", action="store_const", const=True,
@@ -167,13 +166,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
 
 def parse_run_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None
                         ) -> argparse.Namespace:
-    """Parse ``argv`` (flags of :func:`add_run_arguments`) and load the plugins
-    (:func:`~pall_avalanche.extensions.load_plugins`: ``--plugin`` and the installed entry
+    """Parse ``argv`` (flags of :func:`add_run_arguments`) and load the extensions
+    (:func:`~pall_avalanche.extensions.load_extensions`: ``--plugin`` and the installed entry
     points) before anything names a method, benchmark or model."""
-    from pall_avalanche.extensions import load_plugins
+    from pall_avalanche.extensions import load_extensions
 
     args = parser.parse_args(argv)
-    load_plugins(args.plugins)
+    load_extensions(args.extensions)
     return args
 
 
@@ -271,47 +270,15 @@ def parse_methods(text: str) -> list[str]:
     return methods
 
 
-def benchmark_config(name: str, config_dir: Path) -> dict[str, Any]:
-    """The configuration ``--benchmark NAME`` starts from: ``<config_dir>/NAME.yaml`` for a
-    shipped one; for a registered one (:func:`~pall_avalanche.catalog.register_benchmark`) the
-    digits configuration with this benchmark and its default task count, updated by the
-    configuration its registration gave (a mapping or a YAML file), if any."""
-    path = config_dir / f"{name}.yaml"
-    if path.is_file():
-        return load_config(path)
-    if name not in BENCHMARK_INFO:
-        raise ValueError(f"--benchmark {name}: unknown benchmark; valid: "
-                         f"{', '.join(BENCHMARK_INFO)} (a plugin registers more: --plugin)")
-    info = BENCHMARK_INFO[name]
-    own = info.config
-    if isinstance(own, (str, Path)):
-        own = load_config(own)
-    config = {**load_config(config_dir / "digits.yaml"), "n_tasks": info.default_n_tasks,
-              **dict(own or {}), "benchmark": name}
-    check_config(config, f"the configuration of benchmark {name!r}")
-    return config
-
-
-def with_defaults(config: dict[str, Any], config_dir: Path, benchmark: str) -> dict[str, Any]:
-    """A configuration file completed by the configuration of the benchmark it names
-    (:func:`benchmark_config`; ``benchmark`` when it names none): every key it leaves out, and
-    per method every key its ``methods`` entry leaves out (the file's values win)."""
-    base = benchmark_config(config.get("benchmark", benchmark), config_dir)
-    methods = {m: dict(v) for m, v in (base.get("methods") or {}).items()}
-    for method, own in (config.get("methods") or {}).items():
-        methods[method] = {**methods.get(method, {}), **own}
-    return {**base, **config, **({"methods": methods} if methods else {})}
-
-
-def config_from_args(args: argparse.Namespace, config_dir: Path
+def config_from_args(args: argparse.Namespace, config_dir: Path = CONFIG_DIR
                      ) -> tuple[dict[str, Any], list[int], RequestSequence | None]:
     """The configuration (file + flags + ``--set``, every value checked), the seeds and any
     replayed requests; also checks ``--device`` and that ``--out`` and ``--report-dir`` can be
     written (a missing ``--report-dir`` becomes ``--out``)."""
     if args.config is None:
-        config = benchmark_config(args.benchmark, config_dir)
+        config = for_benchmark(args.benchmark, config_dir)
     else:
-        config = with_defaults(load_config(args.config), config_dir, args.benchmark)
+        config = with_defaults(load_config(args.config), args.benchmark, config_dir)
     overrides = []
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag, None)

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from pall_avalanche.cli import Parser, main_guard
-from pall_avalanche.runs.records import write_text_atomic
+from pall_avalanche.files import write_text_atomic
 
 __all__ = ["expand_sweep", "main", "slurm_script"]
 

@@ -12,11 +12,8 @@ import numpy as np
 import torch
 
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import request_evaluator, request_log_of
-from pall_avalanche.models import build_model
-from pall_avalanche.requests import Request, RequestSequence
-from pall_avalanche.strategies import METHODS, build_strategy
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.build import build_run
 
 FAST_CONFIG = {
     "benchmark": "digits", "n_tasks": 5, "model": "mlp", "n_unlearn": 3, "epochs": 2,
@@ -40,10 +37,7 @@ TINY_VIT = {"patch_size": 4, "width": 24, "depth": 2, "heads": 2, "mlp_dim": 48}
 
 def seq(text: str, n_tasks: int = 5) -> RequestSequence:
     """``"L0 L1 U0"`` → a RequestSequence."""
-    return RequestSequence(
-        [Request("learn" if tok[0] == "L" else "unlearn", int(tok[1:])) for tok in text.split()],
-        n_tasks,
-    )
+    return RequestSequence.parse(text, n_tasks)
 
 
 def make_strategy(method: str, *, seed: int = 0, model: str = "mlp", measured: bool = True,
@@ -53,16 +47,8 @@ def make_strategy(method: str, *, seed: int = 0, model: str = "mlp", measured: b
     measurement and no log, for tests that rewind the strategy's state and replay a
     request)."""
     config = {**FAST_CONFIG, "model": model, **overrides}
-    torch.manual_seed(seed)
-    bm = build_benchmark("digits", seed=seed, train_per_task=config["train_per_task"])
-    net = build_model(model, input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2,
-                      per_task_tokens=METHODS[method].strategy.per_task_tokens,
-                      **config.get("model_kwargs", {}))
-    strategy = build_strategy(method, model=net, config=config,
-                              evaluator=request_evaluator(bm.test_stream,
-                                                          config["eval_batch_size"])
-                              if measured else None)
-    return strategy, bm, request_log_of(strategy.evaluator) if measured else None
+    built = build_run(method, config, seed=seed, measured=measured)
+    return built.strategy, built.benchmark, built.log
 
 
 def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -26,9 +26,9 @@ from pall_avalanche import register_method, register_model
 from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO
 from pall_avalanche.config import check_setting, resolve_method_config
 from pall_avalanche.data import build_benchmark, check_benchmark
-from pall_avalanche.extensions import load_plugins
+from pall_avalanche.extensions import load_extensions
+from pall_avalanche.files import read_record
 from pall_avalanche.models import build_model
-from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import build_strategy
 from pall_avalanche.sweeps import expand_sweep
 
@@ -39,9 +39,9 @@ FAST = ["--seeds", "0", "--set", "epochs=1", "--set", "train_per_task=40", "--qu
 
 def plugin_module():
     """The example plugin, as --plugin loads it (its classes, for building benchmarks)."""
-    load_plugins([str(PLUGIN)])
+    load_extensions([str(PLUGIN)])
     return next(m for name, m in sys.modules.items()
-                if name.startswith("pall_avalanche_plugin_l2_init_plugin_"))
+                if name.startswith("pall_avalanche_extension_l2_init_plugin_"))
 
 
 def script(name: str):
@@ -75,11 +75,11 @@ def test_a_plugin_method_runs_in_table1_with_jobs_and_its_records_name_the_plugi
     mine = [r for r in records(out) if r["method"] == "l2_init"]
     assert len(mine) == 1 and mine[0]["config"]["l2_strength"] == 0.5
     digest = hashlib.sha256(PLUGIN.read_bytes()).hexdigest()
-    assert {"plugin": str(PLUGIN), "sha256": digest} in mine[0]["plugins"]
+    assert {"extension": str(PLUGIN), "sha256": digest} in mine[0]["extensions"]
 
 
 def test_a_methods_own_key_reaches_its_strategy_with_its_default_and_its_override():
-    load_plugins([str(PLUGIN)])
+    load_extensions([str(PLUGIN)])
     config = {**FAST_CONFIG, "benchmark": "digits", "n_tasks": 5, "n_unlearn": 1,
               "methods": {"l2_init": {"l2_strength": 0.25}}}
     for overrides, expected in (({}, 0.01), (config["methods"], 0.25)):
@@ -169,11 +169,12 @@ def test_a_benchmark_is_checked_with_one_line_errors():
         check_benchmark(good, name="tiny", n_tasks=5)
 
 
+@pytest.mark.slow  # 35 s: the audit's instruments run too; its --plugin path is the scripts' kit's
 def test_the_audit_takes_a_plugin_method(tmp_path, capsys):
     code, stdout, err = run_cli("audit", [
         "--plugin", str(PLUGIN), "--methods", "l2_init,independent", "--seeds", "0", "1",
         "--shadows", "4", "--set", "epochs=1", "--set", "train_per_task=40", "--quiet",
-        "--out", str(tmp_path / "out")], capsys)
+        "--quick", "--permutations", "300", "--out", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert "| L2-init |" in stdout and "| Independent |" in stdout
 
@@ -200,9 +201,9 @@ def test_an_installed_packages_entry_point_is_loaded(tmp_path):
     info = tmp_path / "my_methods-1.2.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-methods\nVersion: 1.2\n")
-    (info / "entry_points.txt").write_text("[pall_avalanche.plugins]\nmine = my_methods\n")
+    (info / "entry_points.txt").write_text("[pall_avalanche.extensions]\nmine = my_methods\n")
     probe = ("import json, pall_avalanche.extensions as e; from pall_avalanche.catalog import "
-             "METHOD_INFO; e.load_plugins([]); "
+             "METHOD_INFO; e.load_extensions([]); "
              "print(json.dumps([METHOD_INFO['from_entry_point'].label, e.provenance()]))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(tmp_path)},
@@ -210,7 +211,7 @@ def test_an_installed_packages_entry_point_is_loaded(tmp_path):
     assert result.returncode == 0, result.stderr
     label, provenance = json.loads(result.stdout)
     assert label == "Entry point"
-    assert provenance == [{"plugin": "my_methods", "entry_point": "mine",
+    assert provenance == [{"extension": "my_methods", "entry_point": "mine",
                            "package": "my-methods", "version": "1.2"}]
 
 
@@ -245,13 +246,12 @@ def test_registration_refuses_what_it_cannot_use():
 
 
 def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
-    from pall_avalanche.cli import benchmark_config
-    from pall_avalanche.config import CONFIG_DIR
+    from pall_avalanche.config import for_benchmark
     from pall_avalanche.runs import run_experiments
 
     digits = plugin_module().digits_in_order(seed=0, n_tasks=5, root=None, train_per_task=None,
                                              download=False)
-    config = {**benchmark_config("digits", CONFIG_DIR), "benchmark": "my_object", "epochs": 1,
+    config = {**for_benchmark("digits"), "benchmark": "my_object", "epochs": 1,
               "n_unlearn": 1}
     (record,) = run_experiments(["sequential"], [0], config, tmp_path, benchmark=digits,
                                 show_progress=False)
@@ -271,7 +271,7 @@ def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
 def test_a_config_file_takes_what_it_leaves_out_from_its_benchmark_per_method_too(tmp_path):
     from pall_avalanche.cli import config_from_args, parse_run_arguments
     from pall_avalanche.config import CONFIG_DIR, check_run_config
-    from pall_avalanche.runs.grid import script_parser
+    from pall_avalanche.paper.kit import script_parser
 
     shipped = yaml.safe_load((CONFIG_DIR / "cifar10.yaml").read_text())
     mine = tmp_path / "mine.yaml"

@@ -14,10 +14,7 @@ from pall_avalanche.requests import (
 
 def seq(text: str, n_tasks: int = 5) -> RequestSequence:
     """``"L0 L1 U0"`` → a RequestSequence."""
-    return RequestSequence(
-        [Request("learn" if tok[0] == "L" else "unlearn", int(tok[1:])) for tok in text.split()],
-        n_tasks,
-    )
+    return RequestSequence.parse(text, n_tasks)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -73,11 +70,17 @@ def test_paper_example_and_active_sets():
     ("L0 L0", r"request 2 \(L0\): task 0 is learned twice"),
     ("L0 U0 U0", r"request 3 \(U0\): task 0 is unlearned twice"),
     ("L0 L7", r"request 2 \(L7\): unknown task id 7; valid task ids are 0\.\.4"),
-    ("L0 L-1", r"unknown task id -1"),
 ])
 def test_invalid_sequences_name_the_problem(text, message):
     with pytest.raises(InvalidRequestSequence, match=message):
         seq(text)
+
+
+def test_a_negative_task_id_is_refused_by_the_sequence_and_by_the_text():
+    with pytest.raises(InvalidRequestSequence, match=r"request 2 \(L-1\): unknown task id -1"):
+        RequestSequence([Request("learn", 0), Request("learn", -1)], 5)
+    with pytest.raises(InvalidRequestSequence, match=r"request 'L-1' is not L<task>"):
+        seq("L0 L-1")
 
 
 def test_json_round_trip_and_bad_files(tmp_path):

@@ -13,16 +13,6 @@ from pathlib import Path
 import pytest
 from helpers import FAST_CONFIG, seq
 
-from pall_avalanche.catalog import (
-    BENCHMARK_INFO,
-    INDEPENDENT_SIZE,
-    METHOD_INFO,
-    MODEL_INFO,
-    SELECTION_NAMES,
-    SUBNETWORK_SIZE,
-    load,
-)
-
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "avalanche", "torchvision", "timm")
 
@@ -111,18 +101,3 @@ def test_an_installed_command_runs_from_any_folder(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("pall-table1: error: --epochs 0: epochs")
     assert list(tmp_path.iterdir()) == []
-
-
-def test_every_catalog_entry_loads_and_agrees_with_its_code():
-    from pall_avalanche.rehearsal import SELECTIONS
-    from pall_avalanche.strategies import METHODS, Independent, SubnetworkStrategy
-
-    assert list(METHODS) == list(METHOD_INFO)
-    for name, spec in METHODS.items():
-        assert spec.info is METHOD_INFO[name]
-        size = (INDEPENDENT_SIZE if issubclass(spec.strategy, Independent) else
-                SUBNETWORK_SIZE if issubclass(spec.strategy, SubnetworkStrategy) else "d")
-        assert spec.size == size, name
-    for info in (*BENCHMARK_INFO.values(), *MODEL_INFO.values()):
-        assert callable(load(getattr(info, "builder", None) or info.constructor)), info.name
-    assert list(SELECTIONS) == list(SELECTION_NAMES)

@@ -26,42 +26,29 @@ the seed): the unlearned model on R, the oracle on R′, and a reference oracle 
 different training randomness (``train_seed``).
 """
 
-from pall_avalanche.audit.oracle import (
-    REFERENCE_SEED_OFFSET,
-    audit_rows,
-    interval_cell,
-    oracle_sequence,
-    run_audit,
-)
-from pall_avalanche.audit.probes import AuditProbe
-from pall_avalanche.audit.provenance import ProvenanceTracker
-from pall_avalanche.audit.statistics import (
-    N_FOLDS,
-    distinguisher_scores,
-    head_probabilities,
-    js_divergence,
-    membership_aucs,
-    model_features,
-    roc_auc,
-    t_interval,
-)
-from pall_avalanche.catalog import AUDIT_REQUESTS
+from pall_avalanche.catalog import lazy_names
 
-__all__ = [
-    "AUDIT_REQUESTS",
-    "AuditProbe",
-    "N_FOLDS",
-    "ProvenanceTracker",
-    "REFERENCE_SEED_OFFSET",
-    "audit_rows",
-    "distinguisher_scores",
-    "head_probabilities",
-    "interval_cell",
-    "js_divergence",
-    "membership_aucs",
-    "model_features",
-    "oracle_sequence",
-    "roc_auc",
-    "run_audit",
-    "t_interval",
-]
+#: public name → the submodule defining it (loaded on first use: the torch-free rooms,
+#: :mod:`~pall_avalanche.audit.protocol` above all, import without torch)
+_WHERE = {
+    "AUDIT_REQUESTS": "protocol",
+    "N_FOLDS": "protocol",
+    "REFERENCE_SEED_OFFSET": "protocol",
+    "AuditProbe": "probes",
+    "ProvenanceTracker": "provenance",
+    "audit_rows": "oracle",
+    "interval_cell": "oracle",
+    "oracle_sequence": "oracle",
+    "run_audit": "oracle",
+    "distinguisher_scores": "statistics",
+    "head_probabilities": "statistics",
+    "js_divergence": "statistics",
+    "membership_aucs": "statistics",
+    "model_features": "statistics",
+    "roc_auc": "statistics",
+    "t_interval": "statistics",
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

@@ -13,14 +13,18 @@ with D^t (``leak``):
   probability 1 − ``leak_fraction`` only (independently, from a generator seeded by the
   task), and t keeps its subnetwork: its mask stays stored and frozen and still answers t, so
   a fraction f of what t trained leaks through t's own outputs (the dose-response);
-- ``body``: m̄_t but t's output keeps its learned values; t's output is re-drawn and its mask
-  dropped, as PALL does (a task without a mask is answered on the dense weights): what an
-  attack reading outputs sees of weights kept but no longer routed;
+- ``body``: the entries of m̄_t outside t's output keep their learned values; t's output is
+  re-drawn and its mask dropped, as PALL does;
 - ``head``: t's output (its rows of a shared head, or its own head) keeps its learned
-  values; everything else is unlearned as PALL does;
+  values; everything else is unlearned as PALL does. With ``body`` and ``head`` t has no
+  mask any more, so the next learning request re-draws every masked entry no remaining task
+  holds (:class:`~pall_avalanche.strategies.subnetwork.WeightResettingPlugin`), the kept
+  ones among them (a head of t's own, outside the masks, stays): their leak lasts until then
+  (on the audited sequence, one request);
 - ``buffer``: the retraining after unlearning t replays B^t (its samples and stored logits,
   through t's mask) beside the remaining tasks' buffers, then drops it: the retrained shared
-  entries learn from t's buffer.
+  entries learn from t's buffer (through t's output as PALL leaves it before retraining,
+  re-drawn).
 
 They are registered (``pall_no_unlearning``, ``pall_leak_redraw_<percent>``,
 ``pall_leak_body``, ``pall_leak_head``, ``pall_leak_buffer``;
@@ -30,16 +34,12 @@ of the paper runs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import torch
 
-from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.masks import MaskSet
-from pall_avalanche.runs.spec import RunSpec
 from pall_avalanche.strategies.pall import PALL
 
-__all__ = ["LEAKS", "LeakyPALL", "oracle_twin", "run_sharing_twins"]
+__all__ = ["LEAKS", "LeakyPALL"]
 
 #: ``leak`` values (module docstring).
 LEAKS = ("everything", "redraw", "body", "head", "buffer")
@@ -143,31 +143,3 @@ class LeakyPALL(PALL):
             super().retrain(entries, [*tasks, task])
         finally:
             self.model.remove_mask(task)
-
-
-def oracle_twin(spec: RunSpec) -> RunSpec:
-    """The run an oracle-role run (a sequence without unlearning requests) of a leaky variant
-    equals: PALL's with the same configuration, seed, requests and training seed (a
-    :class:`LeakyPALL` differs from PALL in unlearning only, and constructs and learns
-    drawing the same random numbers). Any other spec is its own twin."""
-    info = METHOD_INFO[spec.method]
-    if info.where != f"{__name__}:{LeakyPALL.__name__}":
-        return spec
-    config = {k: v for k, v in spec.config.items() if k not in info.config}
-    return RunSpec("pall", spec.seed, config, spec.requests, spec.train_seed, spec.modules)
-
-
-def run_sharing_twins(specs: Sequence[RunSpec],
-                      run: Callable[[list[RunSpec]], list[dict]]) -> list[dict]:
-    """``run(specs)`` for a role without unlearning requests, each leaky variant's run taken
-    from its :func:`oracle_twin` (each twin run once; its record copied under the variant's
-    name). A run left out by ``run`` (diverged) is left out for its variants too."""
-    twins = [oracle_twin(spec) for spec in specs]
-    records = run(list(dict.fromkeys(twins)))
-    found = {(r["method"], r["seed"], r["config_hash"]): r for r in records}
-    out = []
-    for spec, twin in zip(specs, twins, strict=True):
-        record = found.get((twin.method, twin.seed, twin.hash))
-        if record is not None:
-            out.append(record if twin == spec else {**record, "method": spec.method})
-    return out

@@ -12,16 +12,16 @@ from typing import Any
 import numpy as np
 
 from pall_avalanche.audit.attacks import relearning_gap
-from pall_avalanche.audit.leaky import run_sharing_twins
 from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test
 from pall_avalanche.audit.probes import AuditProbe
+from pall_avalanche.audit.protocol import REFERENCE_SEED_OFFSET
 from pall_avalanche.audit.statistics import (
     mean_js,
     membership_aucs,
     model_features,
     t_interval,
 )
-from pall_avalanche.catalog import AUDIT_REFERENCE_SEED_OFFSET as REFERENCE_SEED_OFFSET
+from pall_avalanche.audit.twins import run_sharing_twins
 from pall_avalanche.evaluation.metrics import relapse_summary
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
@@ -34,10 +34,10 @@ __all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_c
 #: The relearning attack compares accuracies after this many fine-tuning steps.
 RELEARN_AT_STEP = 10
 
-# The audited sequence AUDIT_REQUESTS (pall_avalanche.catalog): task 1 is unlearned after tasks
-# 2 and 3 were learned on top of it (the channels of docs/fidelity.md, "Where exact unlearning
-# is weaker", are open), and task 4 is learned after the unlearning; the reference oracle of
-# seed s trains with training seed s + REFERENCE_SEED_OFFSET.
+# The audited sequence AUDIT_REQUESTS (pall_avalanche.audit.protocol): task 1 is unlearned
+# after tasks 2 and 3 were learned on top of it (the channels of docs/fidelity.md, "Where
+# exact unlearning is weaker", are open), and task 4 is learned after the unlearning; the
+# reference oracle of seed s trains with training seed s + REFERENCE_SEED_OFFSET.
 
 
 def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[int]]:
@@ -67,7 +67,7 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
         is not checkpointed) and a diverged run is left out (with a warning), not fatal.
 
     A leaky variant's oracle and reference runs are PALL's
-    (:func:`~pall_avalanche.audit.leaky.run_sharing_twins`: R′ has no unlearning request,
+    (:func:`~pall_avalanche.audit.twins.run_sharing_twins`: R′ has no unlearning request,
     the only thing in which they differ).
     """
     if len(seeds) < 2:

@@ -29,14 +29,12 @@ from typing import Any, TypeVar
 import numpy as np
 from scipy.stats import rankdata
 
-from pall_avalanche.catalog import AUDIT_PERMUTATIONS
+from pall_avalanche.audit.protocol import N_PERMUTATIONS
 
 __all__ = ["N_PERMUTATIONS", "eq1_test", "gaussian_kl", "holm", "lira_loo_scores", "log_normal",
            "lower_bound", "membership_test", "p_value", "paired_kl_test", "ridge_scores",
            "row_aucs", "seed_folds", "upper_bound"]
 
-#: Permutations per test (the catalog's default, read by the audit's command line).
-N_PERMUTATIONS = AUDIT_PERMUTATIONS
 #: Permutations fitted at once (memory: a chunk's arrays are this many times a fit's).
 CHUNK = 100
 

@@ -41,7 +41,6 @@ import numpy as np
 
 from pall_avalanche.audit.attacks import attack_summary, confidence_features
 from pall_avalanche.audit.exposure import klom_figures, retained_figures
-from pall_avalanche.audit.leaky import run_sharing_twins
 from pall_avalanche.audit.oracle import not_learned, oracle_sequence
 from pall_avalanche.audit.permutation import (
     N_PERMUTATIONS,
@@ -51,6 +50,7 @@ from pall_avalanche.audit.permutation import (
     upper_bound,
 )
 from pall_avalanche.audit.probes import ShadowProbe
+from pall_avalanche.audit.twins import run_sharing_twins
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import plan

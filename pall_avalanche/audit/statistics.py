@@ -14,7 +14,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from pall_avalanche.catalog import AUDIT_FOLDS as N_FOLDS
+from pall_avalanche.audit.protocol import N_FOLDS
 
 __all__ = ["N_FOLDS", "distinguisher_scores", "head_probabilities", "js_divergence", "mean_js",
            "membership_aucs", "model_features", "roc_auc", "t_interval"]

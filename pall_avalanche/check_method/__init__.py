@@ -6,6 +6,9 @@ prints one line per check (``ok`` or ``FAIL`` with what was seen) and exits 0 wh
 1 when one fails, 2 on bad input. ``tests/contract/test_check_method.py`` runs the same checks for
 every registered method. On the sequence L0 L1 L2 U2 (:data:`CHECK_REQUESTS`):
 
+- **keys**: every configuration key the method declares (its parameters, optional keys and
+  own keys) is a keyword parameter of its strategy's constructor (following ``**kwargs`` up
+  the bases), so a misspelt declaration fails here and not deep inside a run;
 - **learns**: every learning request leaves its task above chance on its training data (the
   measurement's learning check);
 - **lifecycle**: every request ends in exactly one ``after_request`` event, with its kind and
@@ -38,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.cli import Parser, benchmark_config, main_guard, parse_run_arguments
-from pall_avalanche.config import CONFIG_DIR, apply_overrides, check_run_config
+from pall_avalanche.cli import Parser, main_guard, parse_run_arguments
+from pall_avalanche.config import apply_overrides, check_run_config, for_benchmark
 
 __all__ = ["CHECK_OVERRIDES", "CHECK_REQUESTS", "Check", "check_method", "main"]
 
@@ -69,7 +72,7 @@ def check_method(method: str, *, seed: int = 0) -> list[Check]:
     if method not in METHOD_INFO:
         raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHOD_INFO)} "
                          "(a plugin registers more: --plugin)")
-    config = apply_overrides(benchmark_config("digits", CONFIG_DIR), CHECK_OVERRIDES.items())
+    config = apply_overrides(for_benchmark("digits"), CHECK_OVERRIDES.items())
     config["alpha"] = 1 / config["n_tasks"]
     resolved = check_run_config(config, method)
     from pall_avalanche.check_method.checks import run_contract  # torch only once the input is good
@@ -81,8 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(prog="check_method", description=__doc__.split("\n\n")[0],
                     epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("method", help="the registered method to check")
-    parser.add_argument("--plugin", dest="plugins", action="append", default=[],
-                        metavar="MODULE_OR_FILE", help="load a plugin first (repeatable)")
+    parser.add_argument("--plugin", dest="extensions", action="append", default=[],
+                        metavar="MODULE_OR_FILE",
+                        help="load an extension (a module or file registering methods) first "
+                             "(repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="the seed (default 0)")
     args = parse_run_arguments(parser, argv)
     checks = check_method(args.method, seed=args.seed)

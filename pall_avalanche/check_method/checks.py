@@ -4,6 +4,7 @@ runner (uninterrupted, stopped, resumed) and one with the user's optimizer and s
 from __future__ import annotations
 
 import contextlib
+import inspect
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,15 +15,15 @@ from avalanche.training.plugins import LRSchedulerPlugin
 
 from pall_avalanche.audit import ProvenanceTracker
 from pall_avalanche.check_method import Check
+from pall_avalanche.config import method_keys
 from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.tasks import evaluation_loader
-from pall_avalanche.evaluation import request_evaluator
-from pall_avalanche.models import build_model
-from pall_avalanche.runs import run_record, seed_everything
-from pall_avalanche.strategies import METHODS, build_strategy
+from pall_avalanche.runs import run_record
+from pall_avalanche.runs.build import build_run
+from pall_avalanche.strategies import METHODS
 
-__all__ = ["run_contract"]
+__all__ = ["constructor_keywords", "run_contract"]
 
 
 class _Stop(Exception):
@@ -95,7 +96,7 @@ def run_contract(method: str, config: dict, seed: int,
         resumed = _Recorder(test_stream)
         again = run_record(method, seed, config, requests=sequence, checkpoint=checkpoint,
                            plugins=[resumed])
-    checks = []
+    checks = [_keys_check(method)]
     failed = [c for c in record["learning_checks"] if c["failed"]]
     checks.append(Check("learns", not failed, "every learned task above chance on its training "
                         "data" if not failed else "left at chance: " + ", ".join(
@@ -114,21 +115,39 @@ def run_contract(method: str, config: dict, seed: int,
     return checks
 
 
+def constructor_keywords(cls: type) -> set[str]:
+    """The keyword parameters ``cls(...)`` accepts: those of its ``__init__`` and, while an
+    ``__init__`` passes ``**kwargs`` on, of its bases' (along the method resolution order)."""
+    accepted: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        accepted |= {p.name for p in parameters
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return accepted
+
+
+def _keys_check(method: str) -> Check:
+    """The configuration keys the method declares (its parameters, optional keys and own
+    keys), each a keyword parameter of its strategy's constructor."""
+    spec = METHODS[method]
+    declared = [*spec.info.params, *spec.info.optional, *method_keys(method)]
+    missing = [k for k in declared if k not in constructor_keywords(spec.strategy)]
+    return Check("keys", not missing,
+                 f"{len(declared)} declared keys, each a keyword of "
+                 f"{spec.strategy.__name__}(...)" if not missing else
+                 f"declared but not taken by {spec.strategy.__name__}(...): {', '.join(missing)}")
+
+
 def _optimizer_check(method: str, config: dict, seed: int) -> Check:
     """Two learning requests with Avalanche's LRSchedulerPlugin(StepLR(halving)) on the
     strategy's own optimizer: the same object trains, at lr · 0.5^epoch in every request."""
-    seed_everything(seed)
-    benchmark = build_benchmark(config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
-                                train_per_task=config.get("train_per_task"))
-    split = benchmark.split
-    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
-                        classes_per_task=split.classes_per_task,
-                        per_task_tokens=METHODS[method].strategy.per_task_tokens,
-                        **(config.get("model_kwargs") or {}))
     rates = _EpochRates()
-    strategy = build_strategy(method, model=model, config=config, plugins=[rates],
-                              evaluator=request_evaluator(benchmark.test_stream,
-                                                          config["eval_batch_size"]))
+    built = build_run(method, config, seed=seed, plugins=[rates])
+    benchmark, strategy = built.benchmark, built.strategy
     optimizer = strategy.optimizer
     strategy.plugins.insert(0, LRSchedulerPlugin(torch.optim.lr_scheduler.StepLR(
         optimizer, step_size=1, gamma=0.5)))

@@ -22,8 +22,9 @@ loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evalu
 built from the same measurements: the metric's :class:`~pall_avalanche.evaluation.RequestLog`
 (:func:`request_log_of`).
 
-Avalanche hands a metric only the strategy, not the unlearned task: the metric finds it as
-the task that left ``strategy.active_tasks`` during the request.
+Avalanche hands a metric only the strategy: the metric reads the request in progress (its
+position, kind and task) from the strategy's ``current_request``
+(:class:`~pall_avalanche.strategies.base.CurrentRequest`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
         self.n_tasks = len(self.measurement.test_stream)
         #: The requests measured so far, with their accuracy rows and figures.
         self.log = RequestLog()
-        self._active_before: list[int] = []
         self._last: dict = {}
 
     def result(self) -> dict:
@@ -89,19 +89,17 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
         self.measurement.end_epoch(strategy)
 
     def after_training_exp(self, strategy) -> list[MetricValue]:
-        return self._finish(strategy, "learn", int(strategy.experience.task_label))
+        return self._finish(strategy)
 
     # unlearning requests (events of the unlearning template, forwarded by the evaluator)
     def before_unlearning(self, strategy) -> None:
-        self._active_before = list(strategy.active_tasks)
         self.measurement.start(strategy)
 
     def after_unlearning(self, strategy) -> list[MetricValue]:
-        (task,) = set(self._active_before) - set(strategy.active_tasks)
-        return self._finish(strategy, "unlearn", task)
+        return self._finish(strategy)
 
-    def _finish(self, strategy, kind: str, task: int) -> list[MetricValue]:
-        index = len(self.log.results)
+    def _finish(self, strategy) -> list[MetricValue]:
+        index, kind, task = strategy.current_request
         result = self.measurement.finish(strategy, index, kind, task)
         requests = [*self.log.requests, (kind, task)]
         rows = [*self.log.accuracy, list(result.accuracy)]

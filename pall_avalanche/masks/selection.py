@@ -12,9 +12,9 @@ import torch
 from timm.models.vision_transformer import Attention
 from torch import nn
 
-from pall_avalanche.config import THRESHOLD_METHODS
 from pall_avalanche.models.multihead import TaskIncrementalNet
 from pall_avalanche.models.multitask import MultiHeadNet
+from pall_avalanche.options import THRESHOLD_METHODS
 
 __all__ = ["HEAD", "QKV_SLICES", "THRESHOLD_METHODS", "by_slice", "draw_initial", "kth_smallest",
            "mask_gradients_", "maskable_parameters", "restricted_topk_mask",
@@ -115,7 +115,7 @@ def draw_initial(module: nn.Module, name: str, like: torch.Tensor | None = None
 #: - ``auto``: ``partition`` on CPU, ``topk`` on any other device.
 #:
 #: Only ``partition`` hands values to the host; the others keep the step on the device.
-#: (:data:`THRESHOLD_METHODS`, defined with the configuration keys, which are torch-free.)
+#: (:data:`THRESHOLD_METHODS`, with the other option vocabularies in :mod:`pall_avalanche.options`.)
 
 
 def threshold_method(method: str, device: torch.device) -> str:

@@ -25,10 +25,7 @@ written to ``<report-dir>/audit_<benchmark>[_quick].{md,csv,tex}``.
 
 from __future__ import annotations
 
-import argparse
 import math
-import shlex
-import sys
 import time
 import warnings
 from collections import Counter
@@ -36,27 +33,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from pall_avalanche.audit.protocol import (
+    AUDIT_REQUESTS,
+    N_FOLDS,
+    N_PERMUTATIONS,
+    REFERENCE_SEED_OFFSET,
+)
 from pall_avalanche.catalog import (
     AUDIT_CONTROL,
-    AUDIT_FOLDS,
     AUDIT_LEAKS,
-    AUDIT_PERMUTATIONS,
-    AUDIT_REFERENCE_SEED_OFFSET,
-    AUDIT_REQUESTS,
     method_label,
 )
-from pall_avalanche.cli import (
-    FLAG_KEYS,
-    Parser,
-    add_run_arguments,
-    config_from_args,
-    main_guard,
-    parse_methods,
-    parse_run_arguments,
-    program_name,
-    run_options,
-)
-from pall_avalanche.config import CONFIG_DIR
+from pall_avalanche.cli import main_guard, run_options
+from pall_avalanche.paper.kit import script_parser, start_script
 from pall_avalanche.reports import provenance, write_report
 from pall_avalanche.requests import RequestSequence
 
@@ -232,10 +221,7 @@ def _left_out(runs: dict, shadow_runs: dict, methods: list[str], n_seeds: int,
 
 
 def main(argv=None) -> None:
-    parser = Parser(prog="audit.py", description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(parser, default_out="results/audit")
-    parser.set_defaults(methods=AUDIT_METHODS)
+    parser = script_parser(__doc__, name="audit", default_methods=AUDIT_METHODS.split(","))
     parser.add_argument("--shadows", type=int, default=None,
                         help=f"shadow runs per method and role (default {DEFAULT_SHADOWS}; "
                              f"--quick {QUICK['shadows']}; at least 4)")
@@ -246,34 +232,29 @@ def main(argv=None) -> None:
                              f"{QUICK['seeds']} seeds, {QUICK['shadows']} shadow runs unless "
                              "--seeds / --shadows say otherwise (report "
                              "audit_<benchmark>_quick, records under results/audit_quick)")
-    parser.add_argument("--permutations", type=int, default=AUDIT_PERMUTATIONS,
-                        help=f"permutations per test (default {AUDIT_PERMUTATIONS}; at least "
+    parser.add_argument("--permutations", type=int, default=N_PERMUTATIONS,
+                        help=f"permutations per test (default {N_PERMUTATIONS}; at least "
                              "the number of audited tests / 0.05)")
-    args = parse_run_arguments(parser, argv)
+    run = start_script(parser, argv, script="benchmarks/audit.py")
+    args, config, requests = run.args, run.config, run.requests
     if args.shadows is not None and args.shadows < 4:
         raise ValueError(f"--shadows {args.shadows}: at least 4 shadow runs are needed (every "
                          "example needs IN and OUT runs besides the attacked one)")
-    methods = parse_methods(args.methods)
-    methods += [m for m in (AUDIT_CONTROL, *AUDIT_LEAKS) if m not in methods]
-    # the setting's keys, unless the command line sets them
-    given = {text.partition("=")[0].strip() for text in args.overrides}
-    given |= {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
-    args.overrides = [*(f"{k}={v}" for k, v in (QUICK_SETTING if args.quick else POWERED)
-                        if k not in given), *args.overrides]
+    methods = [*run.methods, *(m for m in (AUDIT_CONTROL, *AUDIT_LEAKS) if m not in run.methods)]
+    for key, value in QUICK_SETTING if args.quick else POWERED:
+        run.default(key, value)    # the setting's keys, unless the command line sets them
     if args.quick and args.out == Path("results/audit"):
         args.out = Path("results/audit_quick")
-    seeds_given = args.seeds is not None
-    config, seeds, requests = config_from_args(args, CONFIG_DIR)
-    if not seeds_given:
-        seeds = list(range(QUICK["seeds"] if args.quick else DEFAULT_SEEDS))
+    seeds = (run.seeds if args.seeds is not None
+             else list(range(QUICK["seeds"] if args.quick else DEFAULT_SEEDS)))
     shadows = args.shadows or (QUICK["shadows"] if args.quick else DEFAULT_SHADOWS)
     if args.n_unlearn is not None:
         raise ValueError(f"--n-unlearn={args.n_unlearn} does not apply: the audit replays the "
                          f"fixed sequence {' '.join(AUDIT_REQUESTS)} or --requests FILE")
-    if len(seeds) < AUDIT_FOLDS:
-        warnings.warn(f"--seeds: {len(seeds)} seed(s) are too few for Eq. 1's {AUDIT_FOLDS}-"
+    if len(seeds) < N_FOLDS:
+        warnings.warn(f"--seeds: {len(seeds)} seed(s) are too few for Eq. 1's {N_FOLDS}-"
                       f"fold cross-validation (fewer folds are used); use at least "
-                      f"{AUDIT_FOLDS} seeds (the committed report uses {DEFAULT_SEEDS})",
+                      f"{N_FOLDS} seeds (the committed report uses {DEFAULT_SEEDS})",
                       UserWarning, stacklevel=2)
     # torch and Avalanche only once the input is known to be good
     from pall_avalanche.audit import oracle_sequence, run_audit
@@ -298,8 +279,6 @@ def main(argv=None) -> None:
     summary = summarise(runs, shadow_runs, methods, n_permutations=args.permutations)
     minutes = (time.perf_counter() - started) / 60
     frame = pd.DataFrame(summary.rows)
-    command = (program_name("python benchmarks/audit.py") + " "
-               + shlex.join(sys.argv[1:] if argv is None else argv))
     sequences = (f"Audited sequence R: {' '.join(map(str, requests))}; oracle R′: "
                  f"{' '.join(map(str, oracle))}")
     n_records = sum(len(v) for v in (*runs.values(), *shadow_runs.values()))
@@ -311,9 +290,9 @@ def main(argv=None) -> None:
     stem = args.report_dir / (f"audit_{config['benchmark']}" + ("_quick" if args.quick else ""))
     title = (f"Exactness audit — {config['benchmark']}"
              + (" (quick look, plain configuration)" if args.quick else " (powered setting)"))
-    preamble = provenance(runs["unlearned"], title=title, command=command.strip(),
+    preamble = provenance(runs["unlearned"], title=title, command=run.command,
                           notes=(sequences, effort,
-                                 *_notes(summary, AUDIT_REFERENCE_SEED_OFFSET,
+                                 *_notes(summary, REFERENCE_SEED_OFFSET,
                                         args.permutations),
                                  f"Records: `{args.out}`"))
     print(write_report(stem, preamble=preamble, numbers=frame, cells=_cells(frame),

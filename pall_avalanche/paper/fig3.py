@@ -13,14 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from pall_avalanche.cli import main_guard
-from pall_avalanche.reports import format_table, plot_metrics_vs, summary_frame, wide_table
-from pall_avalanche.runs.grid import (
+from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
+from pall_avalanche.reports import format_table, plot_metrics_vs, summary_frame, wide_table
 
 NAME = "fig3"
 METHODS = ("lsf", "er", "derpp", "pall", "independent")

@@ -18,12 +18,7 @@ from typing import Any
 
 import torch
 
-from pall_avalanche.config import (
-    CONFIG_DIR,
-    THRESHOLD_METHODS,
-    load_config,
-    resolve_method_config,
-)
+from pall_avalanche.config import for_benchmark, resolve_method_config
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.masks import (
     HEAD,
@@ -33,9 +28,10 @@ from pall_avalanche.masks import (
     topk_mask,
 )
 from pall_avalanche.models import build_model
+from pall_avalanche.options import THRESHOLD_METHODS
 from pall_avalanche.paper.masking_cost import IMAGE_SHAPES, synthetic_images
 from pall_avalanche.requests.streams import UnlearnExperience
-from pall_avalanche.strategies import METHODS, build_strategy
+from pall_avalanche.runs.build import build_run
 
 __all__ = ["COLUMNS", "TIMED_METHODS", "Column", "EpochTimer", "device_thresholds",
            "measure_column", "selection_milliseconds"]
@@ -54,7 +50,7 @@ class Column:
 
     def config(self) -> dict[str, Any]:
         """The benchmark's configuration file."""
-        return load_config(CONFIG_DIR / f"{self.benchmark}.yaml")
+        return for_benchmark(self.benchmark)
 
 
 #: The paper's Table A7 columns (training images per task: the full training set over T).
@@ -122,17 +118,12 @@ def selection_milliseconds(column: Column, device: torch.device, *, repeats: int
     return out
 
 
-def _strategy(method: str, config: dict, device: torch.device, timer: EpochTimer,
-              threshold: str | None = None):
-    shape, n_classes = IMAGE_SHAPES[config["benchmark"]]
-    torch.manual_seed(0)
-    net = build_model(config["model"], input_shape=shape, n_tasks=config["n_tasks"],
-                      classes_per_task=n_classes // config["n_tasks"],
-                      per_task_tokens=METHODS[method].strategy.per_task_tokens)
+def _strategy(method: str, config: dict, benchmark: Any, device: torch.device,
+              timer: EpochTimer, threshold: str | None = None):
     method_config = {**resolve_method_config(config, method),
                      **({"mask_threshold": threshold} if threshold else {})}
-    return build_strategy(method, model=net, config=method_config, plugins=[timer],
-                          device=device)
+    return build_run(method, method_config, seed=0, benchmark=benchmark, device=device,
+                     plugins=[timer], measured=False).strategy
 
 
 def measure_column(column: Column, device: torch.device, *, images_per_task: int | None = None,
@@ -161,7 +152,7 @@ def measure_column(column: Column, device: torch.device, *, images_per_task: int
              if t != threshold_method("auto", device)]
     for method, threshold in runs:
         timer = EpochTimer()
-        strategy = _strategy(method, config, device, timer, threshold)
+        strategy = _strategy(method, config, benchmark, device, timer, threshold)
         strategy.train(first)
         strategy.train(second)
         epoch[method if threshold is None else f"pall ({threshold})"] = timer.epochs[-1]

@@ -13,17 +13,17 @@ from typing import Any
 import torch
 
 from pall_avalanche.catalog import BENCHMARK_INFO
-from pall_avalanche.config import CONFIG_DIR, load_config
+from pall_avalanche.config import for_benchmark
 from pall_avalanche.data import image_benchmark
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
-from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
+from pall_avalanche.runs.build import build_run
+from pall_avalanche.strategies import UnlearningPlugin, build_strategy
 
 __all__ = ["CLOCKS", "IMAGE_SHAPES", "StepTimer", "measure_masking", "measure_pipeline",
            "synthetic_images"]
 
-#: The configuration the two methods train with (S-CIFAR10's).
-CONFIG = CONFIG_DIR / "cifar10.yaml"
+#: The clocks every step is timed with.
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
@@ -86,7 +86,7 @@ def measure_pipeline(*, per_task: int, batch_size: int, repeats: int, threads: i
     device = torch.device(device_name)
     clock = CLOCKS["wall" if device.type == "cuda" else "cpu"]
     benchmark = synthetic_images("cifar10", 5, per_task, seed)
-    config = {**load_config(CONFIG), "batch_size": batch_size, "model": "resnet18"}
+    config = {**for_benchmark("cifar10"), "batch_size": batch_size, "model": "resnet18"}
     net = build_model("resnet18", input_shape=(3, 32, 32), n_tasks=5, classes_per_task=2)
     seconds: dict[str, list[float]] = {"per_sample": [], "batched": []}
     for _ in range(repeats):
@@ -114,16 +114,14 @@ def measure_masking(*, batch_size: int, iterations: int, warmup: int, tasks: int
     device = torch.device(device_name)
     clock = "wall" if device.type == "cuda" else "cpu"
 
-    config = {**load_config(CONFIG), "batch_size": batch_size, "epochs": 1, "model": model}
+    config = {**for_benchmark("cifar10"), "batch_size": batch_size, "epochs": 1, "model": model}
     benchmark = synthetic_images("cifar10", 5, batch_size * iterations, seed)
     timers, strategies = {}, {}
     for method in ("sequential", "pall"):
-        torch.manual_seed(seed)
-        net = build_model(model, input_shape=(3, 32, 32), n_tasks=5, classes_per_task=2,
-                          per_task_tokens=METHODS[method].strategy.per_task_tokens)
         timers[method] = StepTimer()
-        strategies[method] = build_strategy(method, model=net, config=config,
-                                            plugins=[timers[method]], device=device_name)
+        strategies[method] = build_run(method, config, seed=seed, benchmark=benchmark,
+                                       device=device_name, plugins=[timers[method]],
+                                       measured=False).strategy
     for task in range(tasks):
         for strategy in strategies.values():
             strategy.train(benchmark.train_stream[task], shuffle=False)

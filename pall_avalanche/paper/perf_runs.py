@@ -37,6 +37,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from pall_avalanche.audit.protocol import AUDIT_REQUESTS
 from pall_avalanche.cli import Parser, main_guard
 
 __all__ = ["PHASES", "cli", "main", "phase_seconds"]
@@ -49,17 +50,17 @@ PHASES = ("set-up (benchmark, model, strategy)", "data loading (training batches
           "learning checks", "buffer filling", "checkpoints", "records",
           "training and unlearning steps (the method)")
 
-# The audit's shadow runs, timed in a fresh interpreter (the code under test on PYTHONPATH).
+# The audit's shadow runs, timed in a fresh interpreter (the code under test on PYTHONPATH:
+# the baseline's too, so only names every version has; the sequence comes as an argument).
 _SHADOW_SCRIPT = """
 import json, sys, tempfile, time
 from pall_avalanche.audit.shadows import run_shadows
-from pall_avalanche.catalog import AUDIT_REQUESTS
 from pall_avalanche.config import CONFIG_DIR, load_config
 from pall_avalanche.requests import Request, RequestSequence
-method, n = sys.argv[1], int(sys.argv[2])
+method, n, text = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 config = {**load_config(CONFIG_DIR / "digits.yaml"), "epochs": 5}
 requests = RequestSequence([Request("learn" if r[0] == "L" else "unlearn", int(r[1:]))
-                            for r in AUDIT_REQUESTS], config["n_tasks"])
+                            for r in text.split()], config["n_tasks"])
 with tempfile.TemporaryDirectory() as out:
     start = time.perf_counter()
     records = run_shadows([method], n, config, out, requests=requests, show_progress=False,
@@ -108,9 +109,12 @@ def phase_seconds(stats: pstats.Stats) -> dict[str, float]:
         PHASES[2]: dispatch - measured,
         PHASES[3]: _cumulative(stats, "evaluation/measurement.py", "evaluate_tasks"),
         PHASES[4]: _cumulative(stats, "evaluation/measurement.py", "_check_learning"),
-        PHASES[5]: _cumulative(stats, "pall_avalanche/rehearsal.py", "after_training_exp"),
+        # (the module's path before and after the package moved it, one of them is measured)
+        PHASES[5]: (_cumulative(stats, "pall_avalanche/rehearsal.py", "after_training_exp")
+                    + _cumulative(stats, "rehearsal/memory.py", "after_training_exp")),
         PHASES[6]: _cumulative(stats, "runs/subscribers.py", "after_request"),
         PHASES[7]: (_cumulative(stats, "runs/records.py", "write_json_atomic")
+                    + _cumulative(stats, "pall_avalanche/files.py", "write_json_atomic")
                     + _cumulative(stats, "runs/engine.py", "_record")),
     }
     phases[PHASES[8]] = runs - sum(phases.values())
@@ -137,7 +141,8 @@ def measure(code: Path, *, shadows: int, scratch: Path) -> dict:
           str(scratch / "table1")], code, env)
     out["table1_seconds"] = time.perf_counter() - start
     for method in ("pall", "sequential"):
-        result = _run([sys.executable, "-c", _SHADOW_SCRIPT, method, str(shadows)], code, env)
+        result = _run([sys.executable, "-c", _SHADOW_SCRIPT, method, str(shadows),
+                       " ".join(AUDIT_REQUESTS)], code, env)
         shadow = json.loads(result.stdout.strip().splitlines()[-1])
         out[f"shadow_{method}_seconds"] = shadow["seconds"] / shadow["runs"]
     profile = scratch / "phases.prof"

@@ -25,6 +25,7 @@ from pathlib import Path
 from pall_avalanche.catalog import TABLE1_ALPHAS
 from pall_avalanche.cli import Parser, add_run_arguments, main_guard
 from pall_avalanche.config import resolve_method_config
+from pall_avalanche.paper.kit import GridPoint, closing_summary, run_grid, start_script
 from pall_avalanche.reports import (
     chance_by_benchmark,
     epochs_per_task,
@@ -34,7 +35,6 @@ from pall_avalanche.reports import (
     table1_frame,
     write_report,
 )
-from pall_avalanche.runs.grid import GridPoint, closing_summary, run_grid, start_script
 from pall_avalanche.runs.wandb_logging import WandbSettings, default_group, log_table
 
 #: Command-line keys that fix PALL's α: Table 1 then has one PALL row, at that α.

@@ -4,7 +4,7 @@
     python benchmarks/table_buffer_selection.py --benchmark cifar10 --device cuda
 
 Random (default), herding, entropy, confidence, logit distance (config key
-``buffer_selection``; :data:`pall_avalanche.catalog.SELECTION_NAMES`), PALL with α = 1/T.
+``buffer_selection``; :data:`pall_avalanche.options.SELECTION_NAMES`), PALL with α = 1/T.
 Writes table_buffer_selection_<benchmark>.{md,csv,tex} beside the records (--out) or into
 --report-dir.
 """
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pall_avalanche.catalog import SELECTION_NAMES
 from pall_avalanche.cli import main_guard
-from pall_avalanche.reports import format_table, summary_frame
-from pall_avalanche.runs.grid import (
+from pall_avalanche.options import SELECTION_NAMES
+from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
+from pall_avalanche.reports import format_table, summary_frame
 
 NAME = "table_buffer_selection"
 LABELS = {"random": "Random selection", "herding": "Herding algorithm",

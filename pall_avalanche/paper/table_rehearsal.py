@@ -13,14 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from pall_avalanche.cli import main_guard
-from pall_avalanche.reports import format_table, label_rows, summary_frame
-from pall_avalanche.runs.grid import (
+from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
+from pall_avalanche.reports import format_table, label_rows, summary_frame
 
 NAME = "table_rehearsal"
 METHODS = ("sequential", "er", "derpp", "pall", "independent")

@@ -18,14 +18,14 @@ from pathlib import Path
 import pandas as pd
 
 from pall_avalanche.cli import main_guard
-from pall_avalanche.reports import format_mean_std, summary_frame
-from pall_avalanche.runs.grid import (
+from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
+from pall_avalanche.reports import format_mean_std, summary_frame
 
 NAME = "table_retrained"
 

@@ -16,19 +16,19 @@ from pathlib import Path
 
 from pall_avalanche.cli import main_guard
 from pall_avalanche.config import resolve_method_config
+from pall_avalanche.paper.kit import (
+    GridPoint,
+    finish_report,
+    run_grid,
+    script_parser,
+    start_script,
+)
 from pall_avalanche.reports import (
     format_table,
     label_rows,
     plot_metrics_vs,
     summary_frame,
     wide_table,
-)
-from pall_avalanche.runs.grid import (
-    GridPoint,
-    finish_report,
-    run_grid,
-    script_parser,
-    start_script,
 )
 
 NAME = "table_scalability"

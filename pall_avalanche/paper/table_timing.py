@@ -17,6 +17,13 @@ from pathlib import Path
 
 from pall_avalanche.catalog import TABLE1_METHODS
 from pall_avalanche.cli import main_guard
+from pall_avalanche.paper.kit import (
+    GridPoint,
+    finish_report,
+    run_grid,
+    script_parser,
+    start_script,
+)
 from pall_avalanche.reports import (
     format_table,
     plot_timing_vs_tasks,
@@ -24,13 +31,6 @@ from pall_avalanche.reports import (
     summary_frame,
 )
 from pall_avalanche.requests import Request, RequestSequence
-from pall_avalanche.runs.grid import (
-    GridPoint,
-    finish_report,
-    run_grid,
-    script_parser,
-    start_script,
-)
 
 NAME = "table_timing"
 

@@ -20,14 +20,14 @@ import pandas as pd
 
 from pall_avalanche.catalog import TABLE1_METHODS
 from pall_avalanche.cli import main_guard
-from pall_avalanche.reports import format_table, summary_frame
-from pall_avalanche.runs.grid import (
+from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,
     run_grid,
     script_parser,
     start_script,
 )
+from pall_avalanche.reports import format_table, summary_frame
 
 NAME = "table_worst_case"
 

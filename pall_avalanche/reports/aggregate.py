@@ -17,7 +17,7 @@ import pandas as pd
 from pall_avalanche.catalog import ABLATION_METHODS, METHOD_INFO, TABLE1_METHODS, method_label
 from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
-from pall_avalanche.runs.records import read_record
+from pall_avalanche.files import read_record
 
 #: The mark of a row with records whose learning check failed: ``†k/n`` (:func:`failed_mark`).
 FAILED_MARK = "†"
@@ -201,11 +201,11 @@ def chance_by_benchmark(records: Iterable[dict]) -> dict[str, float]:
 def load_records(results_dir: str | Path) -> list[dict]:
     """Every result record (``seed*.json``) under ``results_dir``, in path order. A file
     that is not a complete record (truncated or invalid JSON, required keys missing) is
-    skipped with a :class:`~pall_avalanche.runs.records.RunWarning` naming it (one line each); it
+    skipped with a :class:`~pall_avalanche.files.RunWarning` naming it (one line each); it
     is left in place (a run on that folder sets it aside and computes the record again)."""
     import warnings
 
-    from pall_avalanche.runs.records import CorruptFileError, RunWarning, load_record
+    from pall_avalanche.files import CorruptFileError, RunWarning, load_record
 
     root = Path(results_dir)
     if not root.is_dir():

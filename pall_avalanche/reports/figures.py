@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from pall_avalanche.catalog import METHOD_INFO, method_label
+from pall_avalanche.files import write_atomic
 from pall_avalanche.reports.aggregate import FAILED_MARK, failed_mark, table1_points
 from pall_avalanche.reports.render import COLUMNS
-from pall_avalanche.runs.records import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

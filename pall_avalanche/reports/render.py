@@ -15,6 +15,7 @@ import pandas as pd
 
 from pall_avalanche.catalog import INDEPENDENT_SIZE, SUBNETWORK_SIZE, method_label
 from pall_avalanche.evaluation.metrics import METRIC_NAMES
+from pall_avalanche.files import write_text_atomic
 from pall_avalanche.reports.aggregate import (
     FAILED_MARK,
     failed_mark,
@@ -22,7 +23,6 @@ from pall_avalanche.reports.aggregate import (
     or_zero,
     table1_frame,
 )
-from pall_avalanche.runs.records import write_text_atomic
 
 COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓",
            "F_u_max": "F_u^max ↓"}

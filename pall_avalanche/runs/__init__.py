@@ -1,10 +1,11 @@
 """Runs: (method, configuration, seed) → result record, and many of them with resume.
 
-The names are loaded on first use: the torch-free rooms (:mod:`~pall_avalanche.runs.grid`,
-the paper scripts' grid; :mod:`~pall_avalanche.runs.records`, record files and locks;
-:mod:`~pall_avalanche.runs.wandb_logging`) import without torch.
+The names are loaded on first use: the torch-free rooms (:mod:`~pall_avalanche.runs.locks`,
+the record locks; :mod:`~pall_avalanche.runs.wandb_logging`) import without torch (record
+files themselves: :mod:`pall_avalanche.files`).
 
 The rooms: :mod:`~pall_avalanche.runs.spec` (what a run is: :class:`RunSpec`, seeding),
+:mod:`~pall_avalanche.runs.build` (assembling one: :func:`build_run`),
 :mod:`~pall_avalanche.runs.engine` (the unit of work: build, resume, step, record, write),
 :mod:`~pall_avalanche.runs.subscribers` (checkpoint writer, lock heartbeat, W&B logger),
 :mod:`~pall_avalanche.runs.store` (the results folder: paths, claims under locks,
@@ -30,7 +31,7 @@ Several processes on one results folder (W&B sweep agents, shells, hosts sharing
 system) split the work instead of each computing everything:
 
 * Locks. Before computing a record, :func:`run_experiments` takes ``seed<k>.lock`` beside it
-  (:func:`pall_avalanche.runs.records.acquire_lock`: ``O_CREAT | O_EXCL``, JSON with pid, host,
+  (:func:`pall_avalanche.runs.locks.acquire_lock`: ``O_CREAT | O_EXCL``, JSON with pid, host,
   start time), refreshes its modification time after every request and deletes it when the
   record is written or the run failed. With ``jobs > 1`` the parent process takes the lock
   of each pair when it hands the pair to a worker (at most ``jobs`` at a time, so that other
@@ -39,7 +40,7 @@ system) split the work instead of each computing everything:
   on stderr says what it waits for) until the record is written (then reads it) or the lock
   is stale (then breaks it, saying so on stderr, and computes the record). Stale: its owner
   ran on this host and that pid is gone, or it was not refreshed for
-  :data:`~pall_avalanche.runs.records.LOCK_STALE_SECONDS` (6 hours; owners on other hosts). Only
+  :data:`~pall_avalanche.runs.locks.LOCK_STALE_SECONDS` (6 hours; owners on other hosts). Only
   the lock holder reads or writes a record's checkpoint, so no run resumes from another's
   checkpoint in flight; a checkpoint that vanishes before it is read means "no checkpoint".
 * Leftovers. A kill mid-write leaves ``.seed<k>.json.*.tmp`` / ``.seed<k>.ckpt.*.tmp``:
@@ -48,13 +49,13 @@ system) split the work instead of each computing everything:
   the finished record is found and no live other owner holds the lock.
 * Corrupt files. A checkpoint that does not load (random bytes, truncated, empty) and a
   record file that is not a complete record (truncated JSON) give one
-  :class:`~pall_avalanche.runs.records.RunWarning` line naming the file; the file is renamed to
+  :class:`~pall_avalanche.files.RunWarning` line naming the file; the file is renamed to
   ``<name>.corrupt`` (or ``.corrupt.N``) and the record is computed afresh. Warnings raised in
   worker processes are re-issued by the parent.
 * Write failures. Every file is written atomically
-  (:func:`~pall_avalanche.runs.records.write_atomic`): a failed write (disk full, permissions)
+  (:func:`~pall_avalanche.files.write_atomic`): a failed write (disk full, permissions)
   leaves the previous file, and the run fails with one line saying what happened and where
-  (:class:`~pall_avalanche.runs.records.WriteError`: ``no space left on device writing <path>``).
+  (:class:`~pall_avalanche.files.WriteError`: ``no space left on device writing <path>``).
   A checkpoint that cannot be written ends the run with the previous checkpoint kept. If
   writing a finished record fails, the record is written to
   ``<tempdir>/pall_avalanche_unsaved/<benchmark>/<method>/<hash>/seed<k>.json`` and the error
@@ -77,11 +78,13 @@ _WHERE = {
     "run_experiments": "batch",
     "run_specs": "batch",
     "run_record": "engine",
-    "run_spec": "engine",
+    "execute": "engine",
     "worker_device": "pool",
     "RunSpec": "spec",
     "plan": "spec",
-    "seed_everything": "engine",
+    "seed_everything": "build",
+    "build_run": "build",
+    "BuiltRun": "build",
     "RECORD_FORMAT": "store",
     "checkpoint_path": "store",
     "lock_path": "store",

@@ -19,11 +19,12 @@ from tqdm.auto import tqdm
 from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
 from pall_avalanche.core import DivergedError
 from pall_avalanche.data import check_benchmark
+from pall_avalanche.files import RunWarning
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.engine import RunOptions, run_and_write
+from pall_avalanche.runs.locks import RecordLock, describe_lock
 from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
-from pall_avalanche.runs.records import RecordLock, RunWarning, describe_lock
-from pall_avalanche.runs.spec import RunSpec, plan
+from pall_avalanche.runs.spec import RunSpec, plan, probe_modules
 from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
 from pall_avalanche.runs.wandb_logging import WandbSettings, default_group
 
@@ -59,14 +60,15 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
                     jobs: int | str = 1, checkpoints: bool = True,
                     wandb: WandbSettings | None = None, probe: Callable[[], Any] | None = None,
                     train_seed_offset: int | None = None,
-                    stats: dict[str, int] | None = None, benchmark: Any = None) -> list[dict]:
+                    stats: dict[str, int] | None = None, benchmark: Any = None,
+                    poll_seconds: float = LOCK_POLL_SECONDS) -> list[dict]:
     """Run every (method, seed) pair not already recorded under ``out_dir``; return all the
     records (loaded or new), in (method, seed) order.
 
     Other processes may run on the same ``out_dir`` at the same time: each record is computed
     by the process holding its lock (``seed<k>.lock``), the others wait for it and read it;
     stale locks are broken, leftovers of killed runs deleted, corrupt checkpoints and records
-    set aside with a :class:`~pall_avalanche.runs.records.RunWarning`, and a record that cannot be
+    set aside with a :class:`~pall_avalanche.files.RunWarning`, and a record that cannot be
     written is kept in :func:`unsaved_path` (module docstring).
 
     :param methods: names from ``METHODS``.
@@ -99,6 +101,8 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         another ``out_dir``, or its records would be taken for this one's. Runs in this process
         (``jobs=1``: a spawned worker would not have it; register a builder with
         :func:`~pall_avalanche.catalog.register_benchmark` to use workers).
+    :param poll_seconds: how often a record locked by another process is looked for (and its
+        lock's staleness checked) while it is awaited.
     """
     resolve_jobs(jobs, 0, device)                   # a bad value is refused before anything
     if benchmark is not None and jobs == "auto":
@@ -109,14 +113,14 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     added = benchmark is not None and _register_given(benchmark, config["benchmark"], jobs)
     try:        # every configuration checked before the first request
         specs = plan(methods, seeds, config, requests=requests,
-                     train_seed_offset=train_seed_offset)
+                     train_seed_offset=train_seed_offset, modules=probe_modules(probe))
     except ValueError:
         if added:                   # nothing ran: the name stays free
             del BENCHMARK_INFO[config["benchmark"]]
         raise
     return run_specs(specs, out_dir, group=default_group(config), device=device,
                      show_progress=show_progress, jobs=jobs, checkpoints=checkpoints,
-                     wandb=wandb, probe=probe, stats=stats)
+                     wandb=wandb, probe=probe, stats=stats, poll_seconds=poll_seconds)
 
 
 def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
@@ -124,13 +128,14 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
               jobs: int | str = 1,
               checkpoints: bool = True, wandb: WandbSettings | None = None,
               probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None,
-              skip_diverged: bool = False) -> list[dict]:
+              skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS
+              ) -> list[dict]:
     """The records of ``specs`` (checked specifications, :func:`~pall_avalanche.runs.spec.plan`),
     in order: reused when finished under ``out_dir``, computed here or in ``jobs`` worker
     processes under their locks otherwise (the arguments as in :func:`run_experiments`;
     ``group``: the W&B group of the runs). A diverged run stops everything, unless
     ``skip_diverged``: then it is left out of the list with a one-line
-    :class:`~pall_avalanche.runs.records.RunWarning` (no record is written, so a rerun tries
+    :class:`~pall_avalanche.files.RunWarning` (no record is written, so a rerun tries
     it again; the exactness audit's many seeds and shadow runs go on without it)."""
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
@@ -163,7 +168,7 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
     if missing:
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
                                     show_progress=show_progress, device=device,
-                                    skip_diverged=skip_diverged))
+                                    skip_diverged=skip_diverged, poll_seconds=poll_seconds))
     return [records[spec] for spec in specs if records[spec] is not None]
 
 
@@ -200,8 +205,9 @@ class _WaitNote:
     """The note on stderr while records locked by other processes are awaited: when the set
     of awaited records changes, else every :data:`WAIT_NOTE_SECONDS`."""
 
-    def __init__(self) -> None:
+    def __init__(self, poll_seconds: float) -> None:
         self.last: tuple[frozenset, float] | None = None
+        self.poll_seconds = poll_seconds
 
     def show(self, waiting: Sequence[Path]) -> None:
         key, now = frozenset(waiting), time.monotonic()
@@ -212,7 +218,7 @@ class _WaitNote:
         first = lock_path(waiting[0])
         print(f"pall_avalanche: waiting for {len(waiting)} record(s) that other processes are "
               f"computing, e.g. {first} ({describe_lock(first)}); checking every "
-              f"{LOCK_POLL_SECONDS:g} s", file=sys.stderr, flush=True)
+              f"{self.poll_seconds:g} s", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -243,7 +249,8 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                  usable: Callable[[dict | None], bool],
                  arguments: Callable[[RunSpec, bool], tuple], *, jobs: int | str,
                  show_progress: bool, device: str | torch.device = "cpu",
-                 skip_diverged: bool = False) -> dict[RunSpec, dict]:
+                 skip_diverged: bool = False,
+                 poll_seconds: float = LOCK_POLL_SECONDS) -> dict[RunSpec, dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
@@ -254,7 +261,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
     running: dict[Future, RunSpec] = {}
     workers = min(jobs, len(missing))
     pool: ProcessPoolExecutor | None = None
-    note = _WaitNote()
+    note = _WaitNote(poll_seconds)
     bar = _Progress(len(missing), "runs" if jobs == 1 else f"runs ({jobs} jobs)",
                     show_progress)
     try:
@@ -289,7 +296,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                 running[pool.submit(run_in_worker, *arguments(spec, False),
                                     heartbeat=lock.refresh)] = spec
             if running:
-                finished, _ = wait(list(running), timeout=LOCK_POLL_SECONDS if todo else None,
+                finished, _ = wait(list(running), timeout=poll_seconds if todo else None,
                                    return_when=FIRST_COMPLETED)
                 for future in finished:
                     spec = running.pop(future)
@@ -307,7 +314,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                     bar.update(spec)
             elif todo:
                 note.show([paths[spec] for spec in todo])
-                time.sleep(LOCK_POLL_SECONDS)
+                time.sleep(poll_seconds)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

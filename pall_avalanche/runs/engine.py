@@ -1,5 +1,5 @@
 """The unit of work: one run built (benchmark, model, strategy, subscribers), resumed from its
-checkpoint, stepped through its requests and turned into its record (:func:`run_spec`,
+checkpoint, stepped through its requests and turned into its record (:func:`execute`,
 :func:`run_record`); :func:`run_and_write` also writes the record and removes the checkpoint.
 
 Every request is measured by the evaluator's metric, whose request log is the record's
@@ -11,7 +11,6 @@ caller's plugins, the audit's probe, the :class:`CheckpointWriter` and the
 from __future__ import annotations
 
 import platform
-import random
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -29,34 +28,23 @@ from pall_avalanche.checkpoint import (
     load_checkpoint,
     restore_rng_state,
 )
-from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import (
     RequestLog,
     compute_metrics,
     model_size_mb,
-    request_evaluator,
-    request_log_of,
 )
 from pall_avalanche.extensions import provenance as extension_provenance
-from pall_avalanche.models import build_model
+from pall_avalanche.files import CorruptFileError, RunWarning, set_aside, write_json_atomic
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.requests.streams import RequestStream
-from pall_avalanche.runs.records import CorruptFileError, RunWarning, set_aside, write_json_atomic
-from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.runs.build import build_run, seed_everything
+from pall_avalanche.runs.spec import RunSpec, probe_modules
 from pall_avalanche.runs.store import RECORD_FORMAT, checkpoint_path, unsaved_error
 from pall_avalanche.runs.subscribers import CheckpointWriter, LockHeartbeat, WandbRequestLogger
 from pall_avalanche.runs.wandb_logging import WandbSettings, wandb_run
-from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
+from pall_avalanche.strategies import METHODS, UnlearningTemplate
 
-__all__ = ["RunOptions", "device_info", "run_and_write", "run_record", "run_spec",
-           "seed_everything", "versions"]
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) random number generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+__all__ = ["RunOptions", "device_info", "execute", "run_and_write", "run_record", "versions"]
 
 
 @dataclass
@@ -77,37 +65,21 @@ class _Run:
 def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
            probe: Callable[[], Any] | None, checkpoint: Path | None,
            heartbeat: Callable[[], Any] | None) -> _Run:
-    """Benchmark, model and strategy of ``spec`` (seeded by its seed; then re-seeded by its
-    training seed if it has one), with the evaluator measuring every request (its metric keeps
-    the request log, the record's source) and, subscribed to ``after_request`` in this order,
-    ``plugins``, the probe's plugins, the checkpoint writer (it saves what the others recorded)
-    and the lock heartbeat."""
-    config = spec.config
-    seed_everything(spec.seed)
-    benchmark = build_benchmark(
-        config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
-        data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
-        shadow=None if config.get("shadow_task") is None
-        else (config["shadow_task"], config["shadow_seed"]),
-    )
-    split = benchmark.split
-    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
-                        classes_per_task=split.classes_per_task,
-                        per_task_tokens=METHODS[spec.method].strategy.per_task_tokens,
-                        **(config.get("model_kwargs") or {}))
+    """``spec``'s run (:func:`~pall_avalanche.runs.build.build_run`, seeded by its seed; then
+    re-seeded by its training seed if it has one), with the evaluator measuring every request
+    (its metric keeps the request log, the record's source) and, subscribed to
+    ``after_request`` in this order, ``plugins``, the probe's plugins, the checkpoint writer
+    (it saves what the others recorded) and the lock heartbeat."""
     probed = probe() if probe is not None else None
     resumed_after: list[int] = []
     last = [*([CheckpointWriter(checkpoint, spec.identity(), resumed_after)]
               if checkpoint is not None else []),
             *([LockHeartbeat(heartbeat)] if heartbeat is not None else [])]
-    strategy = build_strategy(
-        spec.method, model=model, config=config, device=device,
-        plugins=[*plugins, *(probed.plugins if probed else ()), *last],
-        evaluator=request_evaluator(benchmark.test_stream, config["eval_batch_size"]))
-    log = request_log_of(strategy.evaluator)
+    built = build_run(spec.method, spec.config, seed=spec.seed, device=device,
+                      plugins=[*plugins, *(probed.plugins if probed else ()), *last])
     if spec.train_seed is not None:
         seed_everything(spec.train_seed)
-    return _Run(spec, benchmark, strategy, log, probed, device, resumed_after)
+    return _Run(spec, built.benchmark, built.strategy, built.log, probed, device, resumed_after)
 
 
 def _resume(run: _Run, checkpoint: Path | None) -> None:
@@ -175,8 +147,8 @@ def _record(run: _Run) -> dict:
         # the fingerprint of this package's code the run imports (part of config_hash)
         "code": spec.code,
         "versions": versions(),
-        # the plugins loaded (file SHA-256 or package version): what code made the record
-        "plugins": extension_provenance(),
+        # the extensions loaded (file SHA-256 or package version): what code made the record
+        "extensions": extension_provenance(),
         "device": device_info(run.device),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -200,7 +172,7 @@ def run_record(method: str, seed: int, config: dict, *,
     :param checkpoint: a checkpoint file: saved (atomically) after every request, resumed from
         if it exists (it must come from the same method, seed, configuration and requests).
         One that does not load is renamed ``<name>.corrupt`` with a
-        :class:`~pall_avalanche.runs.records.RunWarning` and the run starts afresh; one that
+        :class:`~pall_avalanche.files.RunWarning` and the run starts afresh; one that
         vanishes before it is read counts as none. The caller deletes it once the record is
         safe. ``None``: no checkpoints.
     :param plugins: further plugins (e.g. loggers subscribing to ``after_request``).
@@ -213,15 +185,16 @@ def run_record(method: str, seed: int, config: dict, *,
     :param heartbeat: called after every finished request (the runner refreshes the record's
         lock with it). ``None``: nothing.
     """
-    return run_spec(RunSpec.of(method, seed, config, requests, train_seed), device=device,
+    spec = RunSpec.of(method, seed, config, requests, train_seed, probe_modules(probe))
+    return execute(spec, device=device,
                     show_progress=show_progress, checkpoint=checkpoint, plugins=plugins,
                     probe=probe, heartbeat=heartbeat)
 
 
-def run_spec(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress: bool = False,
-             checkpoint: str | Path | None = None, plugins: Sequence = (),
-             probe: Callable[[], Any] | None = None,
-             heartbeat: Callable[[], Any] | None = None) -> dict:
+def execute(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress: bool = False,
+            checkpoint: str | Path | None = None, plugins: Sequence = (),
+            probe: Callable[[], Any] | None = None,
+            heartbeat: Callable[[], Any] | None = None) -> dict:
     """The record of ``spec``: build, resume, step, record (the arguments as in
     :func:`run_record`)."""
     checkpoint = None if checkpoint is None else Path(checkpoint)
@@ -269,7 +242,7 @@ def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
     checkpoint = checkpoint_path(path) if options.checkpoints else None
     with wandb_run(options.wandb, method=spec.method, seed=spec.seed, config=spec.described(),
                    group=options.group, identity=spec.hash) as tracker:
-        record = run_spec(spec, device=options.device, show_progress=options.show_progress,
+        record = execute(spec, device=options.device, show_progress=options.show_progress,
                           checkpoint=checkpoint,
                           plugins=[WandbRequestLogger(tracker)] if tracker.active else [],
                           probe=options.probe, heartbeat=heartbeat)

@@ -7,7 +7,7 @@ the source of every module of this package that a run imports: the runner's
 (:data:`ENGINE`), the method's strategy, model and benchmark modules and a probe's, with
 everything they import from this package, transitively (:func:`module_closure`), read
 from the source with :mod:`ast` (no module is imported, so it is cheap and torch-free).
-Imports inside functions count too; an import of another package (torch, a plugin's) does
+Imports inside functions count too; an import of another package (torch, an extension's) does
 not: the versions of those are kept in every record.
 """
 
@@ -68,9 +68,10 @@ def module_closure(modules: tuple[str, ...], root: Path = _ROOT) -> dict[str, Pa
     """Every package module reachable from ``modules`` by imports (:func:`_imports`), name →
     source file, with the ``__init__`` of every package on the way: it runs on import, but
     what it imports counts only where the package itself is imported from (a package that
-    re-exports its modules does not drag them all into a run that imports one of them)."""
+    re-exports its modules does not drag them all into a run that imports one of them). A
+    module outside this package is not followed."""
     found: dict[str, Path] = {}
-    todo = list(modules)
+    todo = [m for m in modules if m == _PACKAGE or m.startswith(_PACKAGE + ".")]
     followed: set[str] = set()
     while todo:
         name = todo.pop()

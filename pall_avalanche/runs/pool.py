@@ -1,5 +1,5 @@
 """Worker processes of :func:`~pall_avalanche.runs.run_experiments` with ``jobs > 1``:
-spawned, each with the parent's plugins, its own GPU (round-robin), and gone as soon as the
+spawned, each with the parent's extensions, its own GPU (round-robin), and gone as soon as the
 parent is."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from pall_avalanche.config import AUTO_MIN_RUNS
-from pall_avalanche.extensions import load_plugins, loaded_plugins
+from pall_avalanche.extensions import load_extensions, loaded_extensions
+from pall_avalanche.files import RunWarning, write_json_atomic
 from pall_avalanche.runs.engine import run_and_write
-from pall_avalanche.runs.records import RunWarning, write_json_atomic
 
 __all__ = ["ensure_avalanche_config", "init_worker", "resolve_jobs",
            "run_in_worker", "start_pool", "worker_device"]
@@ -63,8 +63,8 @@ def worker_device(device: str | torch.device, ordinal: int, n_visible: int) -> s
 
 
 def init_worker(threads: int, parent: int | None = None, device: str = "cpu",
-                 started=None, plugins: Sequence[str] = ()) -> None:
-    """Set up a worker process: torch threads, the parent's plugins, its own GPU
+                 started=None, extensions: Sequence[str] = ()) -> None:
+    """Set up a worker process: torch threads, the parent's extensions, its own GPU
     (:func:`worker_device`: the current CUDA device, so ``"cuda"`` means it), and exit as soon
     as the parent is gone.
 
@@ -72,12 +72,12 @@ def init_worker(threads: int, parent: int | None = None, device: str = "cpu",
     :param parent: the pid of the process that started the pool.
     :param device: the run's device.
     :param started: a shared counter of the workers started so far (gives the ordinal).
-    :param plugins: the parent's ``--plugin`` values
-        (:func:`~pall_avalanche.extensions.loaded_plugins`), loaded here too (a spawned process
+    :param extensions: the parent's ``--plugin`` values
+        (:func:`~pall_avalanche.extensions.loaded_extensions`), loaded here too (a spawned process
         starts with the built-in catalog only).
     """
     torch.set_num_threads(threads)
-    load_plugins(plugins)
+    load_extensions(extensions)
     # a worker's own warnings (e.g. a failed learning request) print as one line, as the
     # parent's do
     warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
@@ -118,7 +118,7 @@ def exit_with_parent(parent: int | None) -> None:
 
 def run_in_worker(*args: Any, **kwargs: Any) -> tuple[dict, list[str]]:
     """:func:`run_and_write` in a worker process: the record, and the messages of the
-    :class:`~pall_avalanche.runs.records.RunWarning` it raised, for the parent to re-issue (other
+    :class:`~pall_avalanche.files.RunWarning` it raised, for the parent to re-issue (other
     warnings, and all of them if the run fails, are shown here)."""
     caught: list = []
     record = None
@@ -146,11 +146,11 @@ def ensure_avalanche_config() -> None:
 
 def start_pool(workers: int, jobs: int, device: str | torch.device) -> ProcessPoolExecutor:
     """A pool of ``workers`` spawned processes (:func:`init_worker`: ``cpu_count // jobs``
-    torch threads each, this process's plugins, GPUs round-robin); Avalanche's configuration
+    torch threads each, this process's extensions, GPUs round-robin); Avalanche's configuration
     file is created first (:func:`ensure_avalanche_config`)."""
     ensure_avalanche_config()
     context = get_context("spawn")
     return ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=init_worker,
         initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid(), str(device),
-                  context.Value("i", 0), loaded_plugins()))
+                  context.Value("i", 0), loaded_extensions()))

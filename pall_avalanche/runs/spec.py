@@ -5,7 +5,7 @@ fast)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -16,7 +16,7 @@ from pall_avalanche.config import check_run_config, config_hash
 from pall_avalanche.requests import Request, RequestSequence, generate_requests
 from pall_avalanche.runs.fingerprint import code_fingerprint
 
-__all__ = ["RunSpec", "plan"]
+__all__ = ["RunSpec", "plan", "probe_modules"]
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,16 @@ class RunSpec:
     @classmethod
     def of(cls, method: str, seed: int, config: Mapping[str, Any],
            requests: RequestSequence | Sequence | None = None,
-           train_seed: int | None = None) -> RunSpec:
+           train_seed: int | None = None, modules: Sequence[str] = ()) -> RunSpec:
         """The checked specification of one run (:func:`plan` for one method and seed).
 
         :param requests: a :class:`RequestSequence` or a list of requests or of
             ``{"kind", "task"}`` dicts; ``None``: generated from the seed.
+        :param modules: as :func:`plan`'s.
         """
         offset = None if train_seed is None else train_seed - seed
-        return plan([method], [seed], config, requests=requests, train_seed_offset=offset)[0]
+        return plan([method], [seed], config, requests=requests, train_seed_offset=offset,
+                    modules=modules)[0]
 
     @property
     def sequence(self) -> RequestSequence:
@@ -103,6 +105,14 @@ class RunSpec:
         """``<out_dir>/<benchmark>/<method>/<hash>/seed<k>.json``."""
         return (Path(out_dir) / self.config["benchmark"] / self.method / self.hash
                 / f"seed{self.seed}.json")
+
+
+def probe_modules(probe: Callable[[], Any] | None) -> tuple[str, ...]:
+    """The module of a probe factory (a class, a function, or a ``functools.partial`` of one):
+    its code is part of the records it rides along (:attr:`RunSpec.code`)."""
+    if probe is None:
+        return ()
+    return (getattr(probe, "func", probe).__module__,)
 
 
 def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any], *,

@@ -10,16 +10,15 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runs.records import (
+from pall_avalanche.files import (
     CorruptFileError,
-    RecordLock,
     RunWarning,
-    acquire_lock,
     load_record,
     set_aside,
     write_json_atomic,
 )
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.locks import RecordLock, acquire_lock
 from pall_avalanche.runs.spec import RunSpec
 
 __all__ = ["RECORD_FORMAT", "check_format", "checkpoint_path", "claim", "has_leftovers",
@@ -29,9 +28,10 @@ __all__ = ["RECORD_FORMAT", "check_format", "checkpoint_path", "claim", "has_lef
 #: The record layout (2: evaluation draws nothing from the training's random stream, the
 #: record lists its plugins; 3: seed k's class split and request sequence are the paper's
 #: reference's, buffers and their draws as the reference's, Table A2's distances both; 4: the
-#: identity includes the fingerprint of the code, kept as ``code``); a results folder holding
+#: identity includes the fingerprint of the code, kept as ``code``; 5: the loaded user
+#: extensions are kept as ``extensions``, formerly ``plugins``); a results folder holding
 #: another format is refused.
-RECORD_FORMAT = 4
+RECORD_FORMAT = 5
 
 
 def record_path(out_dir: str | Path, method: str, seed: int, config: dict,
@@ -99,7 +99,7 @@ def peek_record(path: Path) -> dict | None:
 
 
 def leftovers(path: Path) -> list[Path]:
-    """The temporaries a kill during :func:`~pall_avalanche.runs.records.write_atomic` left for
+    """The temporaries a kill during :func:`~pall_avalanche.files.write_atomic` left for
     the record ``path`` and its checkpoint (``.seed<k>.json.*.tmp``, ``.seed<k>.ckpt.*.tmp``),
     and lock files of a lock breaker killed mid-way older than an hour."""
     found = [*path.parent.glob(f".{path.name}.*.tmp"),

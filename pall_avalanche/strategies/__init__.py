@@ -16,7 +16,7 @@ from pall_avalanche.strategies.registry import (
     make_optimizer,
     register_method,
 )
-from pall_avalanche.strategies.rehearsal import ER, GEM, DERpp, ERRetraining
+from pall_avalanche.strategies.replay import ER, GEM, DERpp, ERRetraining
 from pall_avalanche.strategies.sequential import Sequential
 from pall_avalanche.strategies.sparse import DynamicSparse, StaticSparse
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy

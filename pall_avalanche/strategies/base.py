@@ -49,6 +49,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 from torch.optim import Optimizer
 
+from pall_avalanche.catalog import DENSE_SIZE
 from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
 from pall_avalanche.models import TaskIncrementalNet
@@ -113,6 +114,9 @@ class UnlearningTemplate(RequestLifecycle, TaskRouting, Optimization, TemplateSt
     #: Whether the method wants per-task token parameters in backbones that have them
     #: (ViT's CLS token and positional embedding; docs/fidelity.md, "Models").
     per_task_tokens: bool = False
+    #: Table 1's symbolic model size (:data:`~pall_avalanche.catalog.MODEL_SIZES`), read when
+    #: the class is registered (:func:`~pall_avalanche.catalog.register_method`).
+    table_size: str = DENSE_SIZE
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",

@@ -9,6 +9,7 @@ from avalanche.models import MultiTaskModule
 from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import nn
 
+from pall_avalanche.catalog import INDEPENDENT_SIZE
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multihead import forward_by_task
@@ -80,6 +81,8 @@ class Independent(UnlearningTemplate):
     :param model: the architecture, wrapped in :class:`IndependentModels` (a
         task-incremental network: :func:`~pall_avalanche.models.multitask.task_network`).
     """
+
+    table_size = INDEPENDENT_SIZE
 
     def __init__(self, *, model: nn.Module, **kwargs) -> None:
         super().__init__(model=IndependentModels(task_network(model, kwargs.get("n_tasks"))),

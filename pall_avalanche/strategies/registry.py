@@ -20,12 +20,11 @@ from torch import nn
 
 from pall_avalanche.catalog import METHOD_INFO, MethodInfo, load, register_method
 from pall_avalanche.config import method_keys
+from pall_avalanche.options import OPTIMIZERS
 from pall_avalanche.strategies.base import UnlearningTemplate
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 
 __all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
-
-OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from pall_avalanche.catalog import SUBNETWORK_SIZE
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.masks import (
     MaskSet,
@@ -181,6 +182,8 @@ class SubnetworkStrategy(UnlearningTemplate):
         same bit for bit); ``None`` keeps the network's (``auto`` unless set on it).
     :param plugins: further plugins; they run after the method's own (freezing first).
     """
+
+    table_size = SUBNETWORK_SIZE
 
     per_task_tokens = True
     #: Whether a learning request optimises fresh scores (:meth:`SubnetworkNet.start_learning`).

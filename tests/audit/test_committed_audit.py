@@ -13,8 +13,8 @@ from helpers import seq
 
 from pall_avalanche.audit import run_audit
 from pall_avalanche.audit.oracle import audit_rows
-from pall_avalanche.catalog import AUDIT_REQUESTS
-from pall_avalanche.config import CONFIG_DIR, load_config
+from pall_avalanche.audit.protocol import AUDIT_REQUESTS
+from pall_avalanche.config import for_benchmark
 from pall_avalanche.paper.audit import DEFAULT_SEEDS, POWERED
 
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "audit_digits.md"
@@ -31,7 +31,7 @@ def test_independent_cells_regenerate_from_a_clean_folder(tmp_path):
     text = REPORT.read_text()
     assert re.search(r"Command: `python benchmarks/audit\.py --permutations 10000 --jobs 2 "
                      r"--quiet --report-dir reports`", text), "the report's command changed"
-    config = {**load_config(CONFIG_DIR / "digits.yaml"), **dict(POWERED)}
+    config = {**for_benchmark("digits"), **dict(POWERED)}
     runs = run_audit(["independent"], list(range(DEFAULT_SEEDS)), config, tmp_path,
                      requests=seq(" ".join(AUDIT_REQUESTS)), show_progress=False, jobs=2)
     row, = audit_rows(runs, ["independent"])

@@ -12,7 +12,7 @@ import torch
 from helpers import FAST_CONFIG, make_strategy, seq
 
 from pall_avalanche.audit import AuditProbe
-from pall_avalanche.audit.leaky import oracle_twin
+from pall_avalanche.audit.twins import oracle_twin
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs import run_record
 from pall_avalanche.runs.spec import RunSpec

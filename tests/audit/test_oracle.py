@@ -29,10 +29,10 @@ from pall_avalanche.audit import (
 from pall_avalanche.audit.oracle import not_learned, oracle_rows
 from pall_avalanche.audit.permutation import ridge_scores, seed_folds
 from pall_avalanche.catalog import AUDIT_CONTROL, AUDIT_LEAKS, method_label
-from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
+from pall_avalanche.config import for_benchmark, resolve_method_config
+from pall_avalanche.files import read_record
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs import run_record
-from pall_avalanche.runs.records import read_record
 from pall_avalanche.runs.spec import RunSpec, plan
 
 AUDIT_CONFIG = {**FAST_CONFIG, "epochs": 2, "train_per_task": 40, "n_retrain_iters": 10}
@@ -252,7 +252,7 @@ def test_eq1_separates_what_kept_the_head_and_not_an_exact_method(tmp_path):
     """The committed quick audit's setting (plain digits, R = L0 L1 L2 L3 U1 L4), 8 seeds:
     Sequential keeps t's head and Eq. 1's permutation test finds it; Independent's unlearned
     model is its oracle's (p = 1)."""
-    config = load_config(CONFIG_DIR / "digits.yaml")
+    config = for_benchmark("digits")
     requests = seq(" ".join(AUDIT_REQUESTS))
     methods = ["sequential", "independent"]
     runs = run_audit(methods, list(range(8)), config, tmp_path, requests=requests,

@@ -9,10 +9,10 @@ import pytest
 
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.check_method import check_method, cli
-from pall_avalanche.extensions import load_plugins
+from pall_avalanche.extensions import load_extensions
 
 PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "l2_init_plugin.py"
-load_plugins([str(PLUGIN)])
+load_extensions([str(PLUGIN)])
 
 
 def names(checks) -> dict[str, bool]:
@@ -22,7 +22,7 @@ def names(checks) -> dict[str, bool]:
 @pytest.mark.parametrize("method", list(METHOD_INFO))
 def test_every_registered_method_keeps_the_contract(method):
     checks = check_method(method)
-    expected = {"learns", "lifecycle", "resume", "optimizer"}
+    expected = {"keys", "learns", "lifecycle", "resume", "optimizer"}
     if METHOD_INFO[method].exact:
         expected.add("exact")
     assert expected <= set(names(checks)), checks
@@ -35,10 +35,50 @@ def test_a_method_claiming_exactness_it_lacks_is_reported(tmp_path, capsys):
     plugin.write_text("from pall_avalanche import register_method\n"
                       "register_method('claims_exact', "
                       "'pall_avalanche.strategies.sequential:Sequential', exact=True)\n")
-    with pytest.raises(SystemExit) as done:
-        cli(["claims_exact", "--plugin", str(plugin)])
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli(["claims_exact", "--plugin", str(plugin)])
+    finally:
+        METHOD_INFO.pop("claims_exact", None)
     out, err = capsys.readouterr()
     assert done.value.code == 1
     assert "FAIL exact: unlearned task 2 at" in out and "ABOVE" in out
     assert "ok   learns" in out and "ok   resume" in out
     assert err.strip() == "check_method: error: method 'claims_exact' fails the contract: exact"
+
+
+def test_a_declared_key_the_constructor_does_not_take_is_reported(tmp_path, capsys):
+    # PALL's keys plus one its constructor has no parameter for: only the "keys" row fails
+    plugin = tmp_path / "bad_keys.py"
+    plugin.write_text("from pall_avalanche import register_method\n"
+                      "register_method('pall_bad_keys', 'pall_avalanche.strategies.pall:PALL', "
+                      "exact=True, params=('alpha', 'beta', 'n_retrain_iters', 'buffer_size', "
+                      "'buffer_selection'), optional=('temperature',))\n")
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli(["pall_bad_keys", "--plugin", str(plugin)])
+    finally:
+        METHOD_INFO.pop("pall_bad_keys", None)
+    out, err = capsys.readouterr()
+    assert done.value.code == 1
+    assert "FAIL keys: declared but not taken by PALL(...): temperature" in out
+    assert err.strip().endswith("fails the contract: keys")
+
+
+def test_constructor_keywords_follow_kwargs_up_the_bases():
+    from pall_avalanche.check_method.checks import constructor_keywords
+
+    class Base:
+        def __init__(self, *, a, b=1):
+            pass
+
+    class Middle(Base):
+        def __init__(self, *, c, **kwargs):
+            super().__init__(**kwargs)
+
+    class Closed(Middle):
+        def __init__(self, d):   # takes no **kwargs: its bases' keywords are not reachable
+            super().__init__(c=d, a=d)
+
+    assert constructor_keywords(Middle) == {"a", "b", "c"}
+    assert constructor_keywords(Closed) == {"d"}

@@ -21,6 +21,7 @@ from pall_avalanche.data.device import (
 from pall_avalanche.data.tasks import evaluation_loader, half_of_task, unshuffled_batches
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
+from pall_avalanche.runs.build import build_run
 from pall_avalanche.strategies import METHODS, build_strategy
 
 
@@ -181,11 +182,9 @@ def test_strategies_train_from_device_batches_and_keep_the_per_sample_path(tmp_p
     bm = build_benchmark("cifar10", seed=0, data_root=tmp_path, download=False)
     config = {**FAST_CONFIG, "benchmark": "cifar10", "epochs": 1, "n_retrain_iters": 2,
               "buffer_size": 20}
-    torch.manual_seed(0)
-    net = build_model("mlp", input_shape=(3, 32, 32), n_tasks=5, classes_per_task=2,
-                      per_task_tokens=METHODS[method].strategy.per_task_tokens)
     seen = Seen()
-    strategy = build_strategy(method, model=net, config=config, plugins=[seen])
+    strategy = build_run(method, config, seed=0, benchmark=bm, plugins=[seen],
+                         measured=False).strategy
     strategy.train([bm.train_stream[0], bm.train_stream[1]])
     assert seen.loaders == [DeviceBatchLoader] * 2
     # each task's images left the training device once it was learned

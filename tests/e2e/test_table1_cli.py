@@ -17,10 +17,9 @@ import yaml
 from helpers import write_cifar10
 
 from pall_avalanche.checkpoint import load_checkpoint
-from pall_avalanche.cli import parse_methods
-from pall_avalanche.config import CONFIG_DIR, apply_overrides, load_config
+from pall_avalanche.config import apply_overrides, for_benchmark
+from pall_avalanche.files import read_record
 from pall_avalanche.runs import record_path
-from pall_avalanche.runs.records import read_record
 from pall_avalanche.runs.store import RECORD_FORMAT
 from pall_avalanche.strategies import TABLE1_ALPHAS, TABLE1_METHODS
 
@@ -229,15 +228,6 @@ def test_a_diverged_run_fails_with_one_line_and_keeps_its_checkpoint(tmp_path, c
     assert not list(out.rglob("*.lock"))
 
 
-def test_method_groups_expand_in_order_without_repeats():
-    assert parse_methods("all") == ["sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp",
-                                    "packnet", "wsn", "pall", "independent"]
-    assert parse_methods("pall,ablations,pall") == ["pall", "er_retrain", "static_sparse",
-                                                    "dynamic_sparse"]
-    with pytest.raises(ValueError, match=r"or the groups all, ablations"):
-        parse_methods(" , ")
-
-
 def test_records_of_another_format_are_not_reused(tmp_path, capsys):
     args = ["--methods", "sequential", "--seeds", "0", "--out", str(tmp_path / "out"),
             "--report-dir", str(tmp_path / "rep"), *FAST]
@@ -300,7 +290,7 @@ def test_table1_alphas_match_the_alpha_sweep():
     assert sweep["program"] == "benchmarks/table1.py"
     assert tuple(sweep["parameters"]["alpha"]["values"]) == TABLE1_ALPHAS
     for benchmark in sweep["parameters"]["benchmark"]["values"]:
-        config = load_config(CONFIG_DIR / f"{benchmark}.yaml")
+        config = for_benchmark(benchmark)
         assert config["alpha"] == 1 / config["n_tasks"]           # every other table's α
         for alpha in TABLE1_ALPHAS:
             assert (record_path("out", "pall", 0, apply_overrides(config, [("alpha", alpha)]))

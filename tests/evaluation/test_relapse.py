@@ -8,7 +8,7 @@ from pall_avalanche.requests import Request, RequestSequence
 
 
 def reqs(text: str) -> list[Request]:
-    return [Request("learn" if tok[0] == "L" else "unlearn", int(tok[1:])) for tok in text.split()]
+    return [Request.parse(token) for token in text.split()]
 
 
 def test_relapse_stops_at_relearning_and_last_unlearning_is_undefined():

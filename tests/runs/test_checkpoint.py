@@ -23,10 +23,10 @@ from pall_avalanche.checkpoint import (
 )
 from pall_avalanche.cli import add_run_arguments, run_options
 from pall_avalanche.config import AUTO_MIN_RUNS
+from pall_avalanche.files import read_record
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
 from pall_avalanche.runs.pool import resolve_jobs
-from pall_avalanche.runs.records import read_record
 from pall_avalanche.strategies import UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
@@ -291,7 +291,7 @@ def test_plugin_state_is_keyed_by_class_so_reordered_plugins_still_restore():
         strategy.train(exp)
     state = strategy.checkpoint_state()
     keys = sorted(state["plugins"])
-    assert "pall_avalanche.rehearsal.EpisodicMemory" in keys
+    assert "pall_avalanche.rehearsal.memory.EpisodicMemory" in keys
     assert f"{__name__}.Tally" in keys
     copy, _, _ = make_strategy("pall", epochs=1, measured=False)
     copy.plugins.insert(0, UnlearningPlugin())           # stateless: not part of the state

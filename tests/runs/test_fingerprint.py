@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from pathlib import Path
 
 from helpers import FAST_CONFIG, seq
@@ -12,7 +13,7 @@ from helpers import FAST_CONFIG, seq
 from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO
 from pall_avalanche.runs import run_record
 from pall_avalanche.runs.fingerprint import code_fingerprint, module_closure
-from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.runs.spec import RunSpec, probe_modules
 
 FILES = {
     "__init__.py": "from pall_avalanche import heavy\n",
@@ -88,3 +89,29 @@ def test_a_record_s_hash_includes_this_package_s_code():
     record = run_record("sequential", 0, {**FAST_CONFIG, "epochs": 1}, requests=seq("L0 U0"))
     assert record["code"] == RunSpec.of("sequential", 0, {**FAST_CONFIG, "epochs": 1},
                                         seq("L0 U0")).code
+
+
+class _Probe:
+    """A probe riding along a run (this test module's: outside the package)."""
+
+    plugins = ()
+
+    def finish(self, strategy, benchmark) -> dict:
+        return {"tasks": list(strategy.active_tasks)}
+
+
+def test_a_probe_s_module_is_part_of_a_record_s_code():
+    from pall_avalanche.audit.probes import AuditProbe
+
+    config = {**FAST_CONFIG, "epochs": 1, "train_per_task": 40}
+    plain = RunSpec.of("sequential", 0, config, seq("L0 U0"))
+    with_audit = RunSpec.of("sequential", 0, config, seq("L0 U0"),
+                            modules=[AuditProbe.__module__])
+    assert with_audit.code == code_fingerprint(tuple(sorted(
+        [*(e.where.split(":")[0] for e in (METHOD_INFO["sequential"], MODEL_INFO["mlp"],
+                                            BENCHMARK_INFO["digits"])), AuditProbe.__module__])))
+    assert with_audit.code != plain.code
+    # run_record takes the probe factory's module itself; one outside the package adds nothing
+    record = run_record("sequential", 0, config, requests=seq("L0 U0"), probe=_Probe)
+    assert record["probe"] == {"tasks": []} and record["code"] == plain.code
+    assert probe_modules(partial(AuditProbe)) == ("pall_avalanche.audit.probes",)

@@ -29,6 +29,7 @@ import pall_avalanche.runs.batch as batch
 import pall_avalanche.runs.engine as engine
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from pall_avalanche.cli import main_guard
+from pall_avalanche.files import RunWarning, load_record, read_record, set_aside, write_json_atomic
 from pall_avalanche.reports import load_records, write_report
 from pall_avalanche.runs import (
     checkpoint_path,
@@ -37,17 +38,7 @@ from pall_avalanche.runs import (
     run_experiments,
     unsaved_path,
 )
-from pall_avalanche.runs.records import (
-    LOCK_STALE_SECONDS,
-    RecordLock,
-    RunWarning,
-    acquire_lock,
-    load_record,
-    lock_staleness,
-    read_record,
-    set_aside,
-    write_json_atomic,
-)
+from pall_avalanche.runs.locks import LOCK_STALE_SECONDS, RecordLock, acquire_lock, lock_staleness
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "table1.py"
@@ -127,7 +118,7 @@ def clean(tmp_path_factory) -> dict:
 def _compete(out: Path, logs: Path, barrier, results) -> None:
     """One of two processes running the same four records on ``out`` (forked child)."""
     torch.set_num_threads(1)
-    real = engine.run_spec
+    real = engine.execute
 
     def logged(spec, **kwargs):
         with (logs / f"{os.getpid()}.log").open("a") as f:
@@ -135,10 +126,9 @@ def _compete(out: Path, logs: Path, barrier, results) -> None:
         time.sleep(0.5)  # a record takes a while: the other process must find work left
         return real(spec, **kwargs)
 
-    engine.run_spec = logged
-    batch.LOCK_POLL_SECONDS = 0.1
+    engine.execute = logged
     barrier.wait(timeout=60)
-    records = run(out, methods=("sequential", "ewc"), seeds=(0, 1))
+    records = run(out, methods=("sequential", "ewc"), seeds=(0, 1), poll_seconds=0.1)
     results.put([(r["method"], r["seed"], r["resumed_after"], r["accuracy"],
                   r["finished_at"]) for r in records])
 
@@ -230,7 +220,6 @@ def test_a_lock_taken_while_a_stale_one_is_broken_is_put_back(tmp_path, monkeypa
 
 def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monkeypatch,
                                                                  capfd, clean):
-    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.1)
     out = tmp_path / "out"
     path = path_of(out)
     owner = sleeper()
@@ -244,9 +233,9 @@ def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monke
 
         thread = threading.Thread(target=other_owner_finishes)
         thread.start()
-        monkeypatch.setattr(engine, "run_spec", not_called)
+        monkeypatch.setattr(engine, "execute", not_called)
         started = time.monotonic()
-        record, = run(out)
+        record, = run(out, poll_seconds=0.1)
         waited = time.monotonic() - started
         thread.join()
     finally:
@@ -261,7 +250,6 @@ def test_a_live_lock_defers_the_record_until_its_owner_writes_it(tmp_path, monke
 
 def test_a_deferred_record_is_taken_over_when_its_owner_dies(tmp_path, monkeypatch, capfd,
                                                              clean):
-    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.1)
     out = tmp_path / "out"
     owner = sleeper()
     lock = plant_lock(path_of(out), owner.pid)
@@ -273,7 +261,7 @@ def test_a_deferred_record_is_taken_over_when_its_owner_dies(tmp_path, monkeypat
 
     thread = threading.Thread(target=owner_dies)
     thread.start()
-    record, = run(out)
+    record, = run(out, poll_seconds=0.1)
     thread.join()
     assert record["accuracy"] == clean["accuracy"] and "computed_by" not in record
     err = capfd.readouterr().err
@@ -301,7 +289,7 @@ def test_leftovers_of_killed_runs_are_removed(tmp_path, monkeypatch):
     assert not planted[2].exists() and not planted[3].exists()  # seed 1 was computed
     assert records[0] == json.loads(finished) and records[1]["seed"] == 1
     lock.unlink()
-    monkeypatch.setattr(engine, "run_spec", not_called)
+    monkeypatch.setattr(engine, "execute", not_called)
     again = run(out, seeds=(0, 1))
     assert again == records and done.read_bytes() == finished
     assert debris(out) == []
@@ -532,7 +520,7 @@ from pathlib import Path
 log, barrier, script = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 import pall_avalanche.runs.engine as engine
 
-real = engine.run_spec
+real = engine.execute
 
 
 def logged(spec, **kwargs):
@@ -541,7 +529,7 @@ def logged(spec, **kwargs):
     return real(spec, **kwargs)
 
 
-engine.run_spec = logged
+engine.execute = logged
 (barrier / str(os.getpid())).touch()
 while len(list(barrier.iterdir())) < 2:
     time.sleep(0.02)
@@ -584,7 +572,6 @@ def test_two_command_line_runs_on_one_out_split_the_work(tmp_path):
 
 @pytest.mark.slow  # a process pool: ~10 s of spawning
 def test_jobs_defer_locked_records_and_relay_worker_warnings(tmp_path, monkeypatch, clean):
-    monkeypatch.setattr(batch, "LOCK_POLL_SECONDS", 0.2)
     out = tmp_path / "out"
     ckpt = checkpoint_path(path_of(out, seed=0))
     ckpt.parent.mkdir(parents=True)
@@ -602,7 +589,7 @@ def test_jobs_defer_locked_records_and_relay_worker_warnings(tmp_path, monkeypat
         thread = threading.Thread(target=other_owner_finishes)
         thread.start()
         with pytest.warns(RunWarning, match=re.escape(str(ckpt))):
-            records = run(out, seeds=(0, 1), jobs=2)
+            records = run(out, seeds=(0, 1), jobs=2, poll_seconds=0.2)
         thread.join()
     finally:
         owner.kill()
@@ -672,7 +659,7 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path):
 
 
 def test_an_owner_whose_lock_was_broken_stops_when_it_notices(tmp_path):
-    from pall_avalanche.runs.records import LockLostError, acquire_lock
+    from pall_avalanche.runs.locks import LockLostError, acquire_lock
 
     path = tmp_path / "seed0.lock"
     mine = acquire_lock(path)

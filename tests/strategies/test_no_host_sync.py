@@ -11,11 +11,9 @@ from helpers import BUILT_IN_METHODS, FAST_CONFIG, HostSyncDetector, HostSyncErr
 
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import request_evaluator
-from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
-from pall_avalanche.strategies import METHODS, build_strategy
-from pall_avalanche.strategies.rehearsal import TaskGEMPlugin
+from pall_avalanche.runs.build import build_run
+from pall_avalanche.strategies.replay import TaskGEMPlugin
 
 CONFIG = {**FAST_CONFIG, "epochs": 1, "train_per_task": 40, "n_retrain_iters": 3,
           "retrain_epochs": 1, "mask_threshold": "topk"}
@@ -31,9 +29,6 @@ def watched_strategy(method, digits, detector, plugins=()):
     plugin's ``before_training_iteration`` to the last one's ``after_training_iteration``) and
     over every step of the fresh optimizers of its unlearning and retraining loops (from
     ``zero_grad`` to ``step``); returns it and a count of the armed steps."""
-    torch.manual_seed(0)
-    net = build_model("mlp", input_shape=digits.split.input_shape, n_tasks=5,
-                      classes_per_task=2, per_task_tokens=METHODS[method].strategy.per_task_tokens)
     arm, disarm = detector.plugins()
     steps = {"iterations": 0, "loop steps": 0}
 
@@ -41,9 +36,8 @@ def watched_strategy(method, digits, detector, plugins=()):
         def after_training_iteration(self, strategy, **kwargs):
             steps["iterations"] += 1
 
-    strategy = build_strategy(method, model=net, config=CONFIG,
-                              plugins=[*plugins, Count(), disarm],
-                              evaluator=request_evaluator(digits.test_stream, 64))
+    strategy = build_run(method, CONFIG, seed=0, benchmark=digits,
+                         plugins=[*plugins, Count(), disarm]).strategy
     strategy.plugins.insert(0, arm)
     fresh = strategy.fresh_optimizer
 

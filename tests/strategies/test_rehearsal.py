@@ -12,7 +12,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 from torchvision.transforms import v2
 
-from pall_avalanche.config import CONFIG_DIR, load_config, resolve_method_config
+from pall_avalanche.config import CONFIG_DIR, for_benchmark, load_config, resolve_method_config
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.evaluation import compute_metrics
@@ -44,7 +44,7 @@ def test_registry_and_config_files():
             assert all(k in config for k in METHODS[method].params), (path.name, method)
             if path.stem.startswith("cifar"):
                 assert config["lr"] == 0.001                  # paper appendix
-    gem = resolve_method_config(load_config(CONFIGS / "cifar10.yaml"), "gem")
+    gem = resolve_method_config(for_benchmark("cifar10"), "gem")
     assert gem["memory_strength"] == 0.5 and gem["buffer_size"] == 500
 
 

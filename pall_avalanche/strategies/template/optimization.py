@@ -22,11 +22,10 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 from pall_avalanche.masks import mask_gradients_
+from pall_avalanche.options import LR_SCHEDULES
 from pall_avalanche.strategies.template.lifecycle import and_finite
 
 __all__ = ["LR_SCHEDULES", "Optimization"]
-
-LR_SCHEDULES = ("constant", "cosine")
 
 
 class Optimization:

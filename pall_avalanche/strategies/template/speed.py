@@ -11,14 +11,15 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from pall_avalanche.config import INPUT_PIPELINES
 from pall_avalanche.data.device import DeviceBatchLoader, device_images_of
 from pall_avalanche.models import backbones, compile_backbones
+from pall_avalanche.options import AMP_MODES as _AMP
+from pall_avalanche.options import INPUT_PIPELINES
 
 __all__ = ["AMP_MODES", "INPUT_PIPELINES", "SpeedOptions"]
 
 #: Mixed precision of the training forward passes: none, or bfloat16 autocast.
-AMP_MODES = (None, "bf16")
+AMP_MODES = (None, *_AMP)
 
 
 class SpeedOptions:

@@ -1,56 +1,26 @@
-"""Run configurations: YAML files of hyper-parameters with command-line overrides.
-
-A configuration is a flat mapping (benchmark, model, epochs, lr, ...) plus an optional
-``methods`` section whose entries override global keys for one method (e.g. the paper's
-learning rate 0.001 for ER on CIFAR). :func:`resolve_method_config` gives the flat, complete
-configuration of one method; that is what a result record stores.
-
-Every key is known (:data:`CONFIG_KEYS`: its type, range and meaning; a registered method's own
-keys, :func:`method_keys`, for that method): an unknown key, a value of the wrong type or out of
-range is refused with one line naming where it came from (the file,
-``--set KEY=VALUE`` or a flag), the bad value and what is valid (:func:`check_setting`,
-:func:`check_config`, :func:`check_run_config`), before anything is trained.
-"""
+"""Every configuration key with its type, range and meaning, and the one-line checks of a
+setting, a configuration and a method's resolved configuration."""
 
 from __future__ import annotations
 
-import copy
 import difflib
-import hashlib
-import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
-import yaml
+from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO
+from pall_avalanche.options import (
+    AMP_MODES,
+    INPUT_PIPELINES,
+    LR_SCHEDULES,
+    OPTIMIZERS,
+    SELECTION_NAMES,
+    THRESHOLD_METHODS,
+)
 
-from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO, SELECTION_NAMES
-
-#: The shipped configuration files, ``<benchmark>.yaml`` (package data, so every script runs
-#: from a non-editable install).
-CONFIG_DIR = Path(str(files("pall_avalanche") / "configs"))
-__all__ = [
-    "AUTO_MIN_RUNS",
-    "CONFIG_DIR",
-    "CONFIG_KEYS",
-    "INPUT_PIPELINES",
-    "REQUIRED_KEYS",
-    "THRESHOLD_METHODS",
-    "KeySpec",
-    "apply_overrides",
-    "check_config",
-    "check_run_config",
-    "check_setting",
-    "config_hash",
-    "load_config",
-    "method_keys",
-    "parse_override",
-    "resolve_method_config",
-]
+__all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "REQUIRED_KEYS", "KeySpec", "check_config",
+           "check_setting", "method_keys"]
 
 #: With ``jobs="auto"`` a worker process per core is started only when at least this many
 #: records are missing: a worker costs seconds to start (it imports torch and Avalanche), a
@@ -112,14 +82,10 @@ def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = Fals
     return KeySpec(kind, valid, what, meaning, nullable)
 
 
-#: How subnetwork methods may find a layer's mask threshold (the same masks every way; the
-#: methods are described where they run, in :mod:`pall_avalanche.masks.selection`).
-THRESHOLD_METHODS = ("auto", "partition", "topk", "sort", "kthvalue")
-#: Where training mini-batches are assembled (``UnlearningTemplate``'s ``input_pipeline``).
-INPUT_PIPELINES = ("batched", "per_sample")
 
 
-#: Every configuration key (see :data:`CONFIG_DIR`), with its type, range and meaning.
+#: Every configuration key (see :data:`~pall_avalanche.config.CONFIG_DIR`), with its type, range
+#: and meaning.
 CONFIG_KEYS: dict[str, KeySpec] = {
     "benchmark": _spec(str, _registered("benchmark"), "the benchmark"),
     "n_tasks": _spec(int, _at_least(1), "T, the number of tasks"),
@@ -135,12 +101,12 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "epochs": _spec(int, _at_least(1), "epochs per learning request"),
     "batch_size": _spec(int, _at_least(1), "training mini-batch size"),
     "eval_batch_size": _spec(int, _at_least(1), "evaluation batch size"),
-    "optimizer": _spec(str, _choice("sgd", "adam"), "the optimizer"),
+    "optimizer": _spec(str, _choice(*OPTIMIZERS), "the optimizer"),
     "lr": _spec(float, _at_least(0, above=True), "learning rate"),
     "momentum": _spec(float, ((lambda v: 0 <= v < 1), "in [0, 1)"), "SGD momentum"),
     "weight_decay": _spec(float, _at_least(0), "weight decay"),
-    "lr_schedule": _spec(str, _choice("constant", "cosine"), "learning-rate schedule"),
-    "amp": _spec(str, _choice("bf16"), "mixed precision of the training forward passes",
+    "lr_schedule": _spec(str, _choice(*LR_SCHEDULES), "learning-rate schedule"),
+    "amp": _spec(str, _choice(*AMP_MODES), "mixed precision of the training forward passes",
                  nullable=True),
     "channels_last": _spec(bool, None, "channels-last memory layout"),
     "compile": _spec(bool, None, "torch.compile of the backbone (a speed option)"),
@@ -280,133 +246,3 @@ def check_config(config: Mapping[str, Any], where: str, *, method: str | None = 
     ``method``, that method's resolved configuration)."""
     for key, value in config.items():
         check_setting(key, value, where, method=method)
-
-
-def check_run_config(config: Mapping[str, Any], method: str,
-                     overrides: Iterable[tuple[str, Any]] = ()) -> dict[str, Any]:
-    """The resolved configuration of ``method`` (:func:`resolve_method_config`) after
-    ``overrides`` (dotted keys, :func:`apply_overrides`), checked key by key and across keys
-    (N_u ≤ T, the benchmark's classes split into T tasks): the one place a run's configuration
-    is resolved and checked (:func:`pall_avalanche.runs.spec.plan`), before the first request
-    of any run."""
-    overrides = list(overrides)
-    if overrides:
-        config = apply_overrides(config, overrides)
-    resolved = resolve_method_config(config, method)
-    check_config(resolved, f"the configuration of {method!r}", method=method)
-    lacking = [key for key in METHOD_INFO[method].params if key not in resolved] \
-        if method in METHOD_INFO else []
-    if lacking:
-        raise ValueError(f"the configuration of {method!r} lacks {', '.join(lacking)}, which "
-                         "the method takes; set it (e.g. --set KEY=VALUE)")
-    shadow = [resolved.get(key) is None for key in ("shadow_task", "shadow_seed")]
-    if shadow[0] != shadow[1]:
-        raise ValueError("shadow_task and shadow_seed go together: set both (a shadow run of "
-                         "the exactness audit) or neither")
-    n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
-    if n_unlearn > n_tasks:
-        raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
-                         f"{n_tasks} tasks can be unlearned")
-    spec = BENCHMARK_INFO[resolved["benchmark"]]
-    classes = spec.n_classes
-    if n_tasks not in spec.valid_n_tasks():
-        raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
-                         f"{resolved['benchmark']!r}: its {classes} classes split evenly into "
-                         f"{spec.valid_n_tasks()} tasks")
-    if resolved.get("shadow_task") is not None and resolved["shadow_task"] >= n_tasks:
-        raise ValueError(f"shadow_task={resolved['shadow_task']} is invalid: the tasks are "
-                         f"0..{n_tasks - 1}")
-    per_class = classes // n_tasks
-    buffer = resolved.get("buffer_size")
-    takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].params
-    if takes_buffer and buffer is not None and buffer // n_tasks < per_class:
-        raise ValueError(f"buffer_size={buffer} is invalid for {method!r}: it gives "
-                         f"{buffer // n_tasks} samples per task over {n_tasks} tasks, fewer than "
-                         f"the {per_class} classes of a task; use buffer_size >= "
-                         f"{n_tasks * per_class}")
-    return resolved
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read and check a YAML configuration file (:func:`check_config`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"configuration file {path} does not exist")
-    try:
-        data = _load_yaml(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ValueError(f"--config {path}: not valid YAML{where} ({problem})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a configuration must be a mapping, got {type(data).__name__}")
-    check_config(data, str(path))
-    return data
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading ``1e-3`` as a number as YAML 1.2 does (YAML 1.1, which
-    PyYAML follows, wants ``1.0e-3`` and reads ``1e-3`` as a string)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
-def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: plain data only
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"key=value"`` → (key, value), the value parsed as YAML (``0.1`` and ``1e-3`` → float,
-    ``null`` → None, ``[1, 2]`` → list). Dotted keys reach nested entries:
-    ``methods.er.lr=0.001``."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(f"override {text!r} is not of the form KEY=VALUE")
-    return key.strip(), _load_yaml(value)
-
-
-def apply_overrides(config: Mapping[str, Any], overrides: Iterable[tuple[str, Any]]
-                    ) -> dict[str, Any]:
-    """A copy of ``config`` with each (dotted key, value) set."""
-    out = copy.deepcopy(dict(config))
-    for key, value in overrides:
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"cannot set {key!r}: {part!r} is not a mapping")
-        node[leaf] = value
-    return out
-
-
-def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The flat configuration of ``method``: global keys, updated by the values a registered
-    variant sets (``MethodInfo.config``, e.g. ``pall_strict``), then by ``methods[method]``."""
-    flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in ("methods", "seeds")}
-    if method in METHOD_INFO:
-        flat.update(copy.deepcopy(dict(METHOD_INFO[method].config)))
-    overrides = (config.get("methods") or {}).get(method) or {}
-    if not isinstance(overrides, dict):
-        raise ValueError(f"methods.{method} must be a mapping of overrides, got {overrides!r}")
-    flat.update(copy.deepcopy(overrides))
-    missing = [k for k in REQUIRED_KEYS if k not in flat]
-    if missing:
-        raise ValueError(f"the configuration of {method!r} lacks the keys {missing}")
-    return flat
-
-
-#: Keys that say where inputs are, not what is computed: they do not enter :func:`config_hash`.
-LOCATION_KEYS = ("data_root",)
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """A short, stable hash of a resolved configuration (names result records); moving the
-    data (:data:`LOCATION_KEYS`) keeps the records."""
-    kept = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
-    text = json.dumps(kept, sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:10]

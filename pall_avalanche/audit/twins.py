@@ -1,0 +1,41 @@
+"""Runs the leaky PALL variants share with PALL: a variant differs from PALL in unlearning
+only, so its runs on a sequence without unlearning requests (the oracle roles) are PALL's,
+run once (:mod:`pall_avalanche.audit.leaky`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pall_avalanche.audit.leaky import LeakyPALL
+from pall_avalanche.catalog import METHOD_INFO
+from pall_avalanche.runs.spec import RunSpec
+
+__all__ = ["oracle_twin", "run_sharing_twins"]
+
+
+def oracle_twin(spec: RunSpec) -> RunSpec:
+    """The run an oracle-role run (a sequence without unlearning requests) of a leaky variant
+    equals: PALL's with the same configuration, seed, requests and training seed (a
+    :class:`LeakyPALL` differs from PALL in unlearning only, and constructs and learns
+    drawing the same random numbers). Any other spec is its own twin."""
+    info = METHOD_INFO[spec.method]
+    if info.where != f"{LeakyPALL.__module__}:{LeakyPALL.__name__}":
+        return spec
+    config = {k: v for k, v in spec.config.items() if k not in info.config}
+    return RunSpec("pall", spec.seed, config, spec.requests, spec.train_seed, spec.modules)
+
+
+def run_sharing_twins(specs: Sequence[RunSpec],
+                      run: Callable[[list[RunSpec]], list[dict]]) -> list[dict]:
+    """``run(specs)`` for a role without unlearning requests, each leaky variant's run taken
+    from its :func:`oracle_twin` (each twin run once; its record copied under the variant's
+    name). A run left out by ``run`` (diverged) is left out for its variants too."""
+    twins = [oracle_twin(spec) for spec in specs]
+    records = run(list(dict.fromkeys(twins)))
+    found = {(r["method"], r["seed"], r["config_hash"]): r for r in records}
+    out = []
+    for spec, twin in zip(specs, twins, strict=True):
+        record = found.get((twin.method, twin.seed, twin.hash))
+        if record is not None:
+            out.append(record if twin == spec else {**record, "method": spec.method})
+    return out

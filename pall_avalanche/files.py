@@ -1,0 +1,192 @@
+"""Files that are written whole or not at all, and records read back: the torch-free base
+every layer that writes (records, checkpoints, reports, sweeps) stands on.
+
+Every file written through :func:`write_atomic` is written to a temporary name in the same
+folder (``.<name>.<random>.tmp``), synced and renamed, so a crash never leaves a half-written
+file; it gets the mode a plain ``open()`` would give, ``0o666 & ~umask`` (not ``mkstemp``'s
+0600), so merged results folders stay readable by others. A write that fails (a full disk, no
+permission) leaves the previous file as it was and raises :class:`WriteError`, one line
+saying what happened and where (``no space left on device writing <path>``).
+
+Files that are there but unusable (invalid JSON, a record without its required keys) raise
+:class:`CorruptFileError` from :func:`load_record`; callers warn with :class:`RunWarning`
+(one line naming the file) and either skip the file or move it aside with
+:func:`set_aside` (``<name>.corrupt``, ``<name>.corrupt.N``) so that it never blocks a rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["REQUIRED_KEYS", "CorruptFileError", "RunWarning", "WriteError", "file_mode",
+           "load_record", "one_line", "read_record", "set_aside", "write_atomic",
+           "write_json_atomic", "write_text_atomic"]
+
+#: The keys a complete record has.
+REQUIRED_KEYS = ("method", "seed", "requests", "accuracy", "metrics")
+
+
+class RunWarning(UserWarning):
+    """A results file was unusable: a corrupt checkpoint or record set aside, a record skipped.
+    The message is one line and names the file."""
+
+
+class CorruptFileError(ValueError):
+    """A file that exists but cannot be used (invalid JSON, incomplete record, unreadable
+    checkpoint). ``str()`` is one line: ``<path>: <reason>``.
+
+    :param path: the file.
+    :param reason: what is wrong with it (one line).
+    """
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(str(path), reason)
+        self.path, self.reason = Path(path), reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class WriteError(OSError):
+    """A file could not be written. ``str()`` is one line, ``<what happened> writing <path>``
+    (``no space left on device writing results/.../seed0.ckpt``); ``errno`` is the operating
+    system's (``errno.ENOSPC`` for a full disk).
+
+    :param path: the file.
+    :param errno: the operating system's error number (``None`` if it gave none).
+    :param reason: what happened, in lower case (``"no space left on device"``).
+    """
+
+    def __init__(self, path: str | Path, errno: int | None, reason: str) -> None:
+        super().__init__(errno, reason)
+        self.path = Path(path)
+
+    @classmethod
+    def of(cls, path: str | Path, err: OSError) -> WriteError:
+        """The error of writing ``path`` that failed with ``err`` (itself if it is one)."""
+        if isinstance(err, WriteError):
+            return err
+        reason = err.strerror or str(err)
+        return cls(path, err.errno, reason[:1].lower() + reason[1:])
+
+    def __str__(self) -> str:
+        return f"{self.strerror} writing {self.path}"
+
+    def __reduce__(self) -> tuple:     # rebuilt from its own arguments in another process
+        return type(self), (str(self.path), self.errno, self.strerror)
+
+
+def file_mode() -> int:
+    """The mode of a new file under the current umask, ``0o666 & ~umask``. The umask is read
+    from ``/proc/self/status`` where there is one (no change, safe with threads), else by
+    setting it and putting it back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomic(path: str | Path, write: Callable[[IO], Any], *, binary: bool = False) -> None:
+    """Create ``path`` with ``write(file)`` so that readers see the old file or the whole new
+    one, never a partial file (temporary file ``.<name>.<random>.tmp`` in the same folder,
+    fsync, rename). The file gets mode ``0o666 & ~umask`` (:func:`file_mode`).
+
+    :param path: the file.
+    :param write: writes the content to the open file it receives.
+    :param binary: open the temporary file in binary mode.
+    :raises WriteError: the folder, the temporary file or its content could not be written
+        (``path`` is left as it was).
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb" if binary else "w") as f:    # closes fd whatever fails
+            os.chmod(tmp, file_mode())
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteError.of(path, err) from err
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`write_atomic`)."""
+    write_atomic(path, lambda f: f.write(text))
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (NaN and infinity are refused)."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def load_record(path: str | Path) -> dict | None:
+    """The record at ``path``; ``None`` if there is no such file.
+
+    :param path: the record file.
+    :raises CorruptFileError: the file is there but is not valid JSON or not a complete
+        record (one of :data:`REQUIRED_KEYS` missing).
+    """
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise CorruptFileError(path, f"not valid JSON ({one_line(err)})") from None
+    if not isinstance(data, dict):
+        raise CorruptFileError(path, f"not a record (a JSON {type(data).__name__})")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise CorruptFileError(path, f"not a complete record (no {', '.join(missing)})")
+    return data
+
+
+def read_record(path: str | Path) -> dict | None:
+    """The record at ``path``, or ``None`` if it is missing or not a complete record
+    (:func:`load_record` without the error)."""
+    try:
+        return load_record(path)
+    except CorruptFileError:
+        return None
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename an unusable file to ``<name>.corrupt`` (``<name>.corrupt.N`` if that exists) in
+    its folder, so that a rerun starts afresh and the bytes stay for inspection; return the
+    new path.
+
+    :param path: the file.
+    """
+    path = Path(path)
+    target, n = path.with_name(path.name + ".corrupt"), 0
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt.{n}")
+    os.replace(path, target)
+    return target
+
+
+def one_line(err: BaseException, limit: int = 120) -> str:
+    """The first sentence of an error's message, on one line, at most ``limit`` characters."""
+    text = " ".join(str(err).split())
+    first = text.split(". ", 1)[0]
+    text = first if first else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -1,0 +1,111 @@
+"""What is trained from the buffers: :class:`ReplayObjective` (CE + β·MSE replay and the
+uniform-prediction term of unlearning) in the one replay loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from pall_avalanche.rehearsal.memory import EpisodicMemory
+    from pall_avalanche.strategies.base import UnlearningTemplate
+
+__all__ = ["ReplayObjective", "check_replay_settings", "uniform_target"]
+
+
+def uniform_target(logits: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """The uniform distribution over a task's ``classes`` (units of ``logits``' width), as a
+    target of ``cross_entropy`` for every row of ``logits``."""
+    n = len(classes)
+    if n == logits.shape[1]:
+        return torch.full_like(logits, 1.0 / n)
+    target = torch.zeros_like(logits)
+    target[:, classes] = 1.0 / n
+    return target
+
+
+def check_replay_settings(beta: float, n_retrain_iters: int) -> None:
+    """β and N_f of a replay method: both >= 0."""
+    if beta < 0 or n_retrain_iters < 0:
+        raise ValueError(f"beta={beta} and n_retrain_iters={n_retrain_iters} must be >= 0")
+
+
+class ReplayObjective:
+    """What is trained from an :class:`EpisodicMemory`, and the one replay loop: PALL's
+    retraining of chosen entries, the replay baselines' (ER, DER++, GEM) learning-time
+    replay, unlearning fine-tuning, and ER (Retraining)'s retraining from scratch.
+
+    :param memory: the buffers.
+    :param beta: weight of the logit (MSE) term; 0 gives plain experience replay.
+    """
+
+    def __init__(self, memory: EpisodicMemory, beta: float) -> None:
+        if beta < 0:
+            raise ValueError(f"beta={beta} must be >= 0")
+        if beta and not memory.store_logits:
+            raise ValueError(f"beta={beta} needs the stored logits; use store_logits=True")
+        self.memory = memory
+        self.beta = beta
+
+    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int
+                    ) -> torch.Tensor:
+        """Mean over τ in ``tasks`` of β·MSE(f(x'), z') on ``per_task`` samples of B^τ (over τ's
+        classes' logits) plus CE(f(x), y) on ``per_task`` others, each sample through its own
+        task's head, every mini-batch class-stratified (drawn in that order, as the paper's
+        reference does)."""
+        loss = None
+        for task in tasks:
+            x, y, z = self.memory.buffers[task]
+            if self.beta:
+                mse_index = self.memory.draw(task, per_task)
+                columns = self.memory.task_columns
+                term = self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
+                                              columns(task, z[mse_index]))
+                loss = term if loss is None else loss + term
+            ce_index = self.memory.draw(task, per_task)
+            term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
+            loss = term if loss is None else loss + term
+        return loss / len(tasks)
+
+    def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:
+        """CE of ``n`` class-stratified samples of B^t (through t's head) towards the uniform
+        distribution over t's classes: minimal when t's predictions are at chance."""
+        x, _, _ = self.memory.buffers[task]
+        logits = net(x[self.memory.draw(task, n)], task)
+        return F.cross_entropy(logits, uniform_target(logits, self.memory.classes[task]))
+
+    def steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
+              param_groups: list[dict], n_iters: int,
+              trainable: list[torch.Tensor] | None = None, forget: int | None = None) -> None:
+        """The replay objective in the strategy's optimisation loop
+        (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.optimization_steps`):
+        ``n_iters`` steps on :meth:`replay_loss` over ``tasks``, ``batch_size // |tasks|``
+        samples of each buffer. With ``forget=t`` (the replay baselines' unlearning,
+        docs/fidelity.md "ER, DER++, GEM") B^t first adds a whole mini-batch of
+        ``batch_size`` samples to :meth:`uniform_loss`. Every mini-batch is class-stratified.
+
+        :param param_groups: the optimizer's parameter groups.
+        :param n_iters: the number of steps.
+        :param trainable: float 0/1 tensors shaped like the parameters of the first group (in
+            order): only their 1-entries change, and weight decay moves to the gradient
+            (give that group ``weight_decay=0``); other groups train every entry. ``None``:
+            every entry is trained.
+        :param forget: a task whose buffer is pushed towards uniform predictions.
+        """
+        if not tasks and forget is None:
+            raise ValueError("replay steps need remaining tasks or a task to forget; got "
+                             f"tasks={list(tasks)} and forget=None")
+        net = strategy.model
+        batch = strategy.train_mb_size
+        per_task = max(1, batch // len(tasks)) if tasks else 0
+
+        def loss() -> torch.Tensor:
+            total = self.uniform_loss(net, forget, batch) if forget is not None else 0.0
+            if tasks:
+                total = total + self.replay_loss(net, tasks, per_task)
+            return total
+
+        strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)

@@ -1,0 +1,74 @@
+"""Assembling a run: benchmark → model → strategy → evaluator, the one way every runner,
+check, measurement script and test builds one (:func:`build_run`)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.evaluation import RequestLog, request_evaluator, request_log_of
+from pall_avalanche.models import build_model
+from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
+
+__all__ = ["BuiltRun", "build_run", "seed_everything"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) random number generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """A run's parts: its benchmark, its strategy (model inside) and the request log its
+    evaluator keeps (``None`` when it was built without measurement)."""
+
+    benchmark: Any
+    strategy: UnlearningTemplate
+    log: RequestLog | None
+
+
+def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: Any = None,
+              device: torch.device | str = "cpu", plugins: Sequence = (),
+              measured: bool = True) -> BuiltRun:
+    """Build ``method``'s run from its resolved ``config``: every random generator seeded
+    with ``seed`` (:func:`seed_everything`), then the benchmark (``config["benchmark"]`` split
+    by ``seed``, unless ``benchmark`` is given), the model (``config["model"]`` shaped to the
+    benchmark's split, with per-task tokens if the method wants them) and the strategy with
+    ``plugins`` and, when ``measured``, an evaluator measuring every request on the
+    benchmark's test stream (the record's source: :attr:`BuiltRun.log`).
+
+    :param method: a registered method.
+    :param config: its resolved configuration
+        (:func:`~pall_avalanche.config.resolve_method_config`).
+    :param seed: the run's seed (class split and initial weights).
+    :param benchmark: a benchmark object to use instead of building ``config["benchmark"]``.
+    :param device: where the strategy trains.
+    :param plugins: the strategy's plugins, in order.
+    :param measured: give the strategy the request evaluator (else Avalanche's default).
+    """
+    seed_everything(seed)
+    if benchmark is None:
+        shadow = config.get("shadow_task")
+        benchmark = build_benchmark(
+            config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
+            data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
+            shadow=None if shadow is None else (shadow, config["shadow_seed"]))
+    split = benchmark.split
+    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
+                        classes_per_task=split.classes_per_task,
+                        per_task_tokens=METHODS[method].strategy.per_task_tokens,
+                        **(config.get("model_kwargs") or {}))
+    evaluator = (request_evaluator(benchmark.test_stream, config["eval_batch_size"])
+                 if measured else None)
+    strategy = build_strategy(method, model=model, config=config, device=device,
+                              plugins=plugins, evaluator=evaluator)
+    return BuiltRun(benchmark, strategy, request_log_of(strategy.evaluator) if measured else None)
