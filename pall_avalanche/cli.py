@@ -196,10 +196,6 @@ def _jobs(text: str) -> int | str:
                                          "auto") from None
 
 
-def _positive_int(text: str) -> int:
-    return _int_at_least(text, 1)
-
-
 def _non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 

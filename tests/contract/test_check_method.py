@@ -29,19 +29,27 @@ def test_every_registered_method_keeps_the_contract(method):
     assert all(c.passed for c in checks), "\n".join(map(str, checks))
 
 
-def test_a_method_claiming_exactness_it_lacks_is_reported(tmp_path, capsys):
-    # Sequential's unlearning changes nothing: registered exact=True, it must fail "exact"
-    plugin = tmp_path / "false_claim.py"
+def check_registered(tmp_path, capsys, name: str, registration: str):
+    """``check_method NAME --plugin FILE`` for a method ``registration`` registers (its
+    arguments after the name), then forgotten: (exit code, stdout, stderr)."""
+    plugin = tmp_path / f"{name}.py"
     plugin.write_text("from pall_avalanche import register_method\n"
-                      "register_method('claims_exact', "
-                      "'pall_avalanche.strategies.sequential:Sequential', exact=True)\n")
+                      f"register_method('{name}', {registration})\n")
     try:
         with pytest.raises(SystemExit) as done:
-            cli(["claims_exact", "--plugin", str(plugin)])
+            cli([name, "--plugin", str(plugin)])
     finally:
-        METHOD_INFO.pop("claims_exact", None)
+        METHOD_INFO.pop(name, None)
     out, err = capsys.readouterr()
-    assert done.value.code == 1
+    return done.value.code, out, err
+
+
+def test_a_method_claiming_exactness_it_lacks_is_reported(tmp_path, capsys):
+    # Sequential's unlearning changes nothing: registered exact=True, it must fail "exact"
+    code, out, err = check_registered(
+        tmp_path, capsys, "claims_exact",
+        "'pall_avalanche.strategies.sequential:Sequential', exact=True")
+    assert code == 1
     assert "FAIL exact: unlearned task 2 at" in out and "ABOVE" in out
     assert "ok   learns" in out and "ok   resume" in out
     assert err.strip() == "check_method: error: method 'claims_exact' fails the contract: exact"
@@ -49,18 +57,11 @@ def test_a_method_claiming_exactness_it_lacks_is_reported(tmp_path, capsys):
 
 def test_a_declared_key_the_constructor_does_not_take_is_reported(tmp_path, capsys):
     # PALL's keys plus one its constructor has no parameter for: only the "keys" row fails
-    plugin = tmp_path / "bad_keys.py"
-    plugin.write_text("from pall_avalanche import register_method\n"
-                      "register_method('pall_bad_keys', 'pall_avalanche.strategies.pall:PALL', "
-                      "exact=True, params=('alpha', 'beta', 'n_retrain_iters', 'buffer_size', "
-                      "'buffer_selection'), optional=('temperature',))\n")
-    try:
-        with pytest.raises(SystemExit) as done:
-            cli(["pall_bad_keys", "--plugin", str(plugin)])
-    finally:
-        METHOD_INFO.pop("pall_bad_keys", None)
-    out, err = capsys.readouterr()
-    assert done.value.code == 1
+    code, out, err = check_registered(
+        tmp_path, capsys, "pall_bad_keys",
+        "'pall_avalanche.strategies.pall:PALL', exact=True, params=('alpha', 'beta', "
+        "'n_retrain_iters', 'buffer_size', 'buffer_selection'), optional=('temperature',)")
+    assert code == 1
     assert "FAIL keys: declared but not taken by PALL(...): temperature" in out
     assert err.strip().endswith("fails the contract: keys")
 
