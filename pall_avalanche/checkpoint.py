@@ -52,7 +52,7 @@ __all__ = [
 #: the evaluator's metric only, not also by a plugin of its own; 5: buffers and mnemonic codes
 #: keep their task's classes, any class ids; 6: buffers keep their samples' dataset indices;
 #: 7: plugin state keyed by the class's new module, ``pall_avalanche.rehearsal.memory``).
-CHECKPOINT_FORMAT = 7
+CHECKPOINT_FORMAT = 8
 _KIND = "__kind__"
 #: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
 #: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),

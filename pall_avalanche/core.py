@@ -34,8 +34,8 @@ class RequestResult:
     :class:`~pall_avalanche.evaluation.UnlearningMetrics` in the strategy's evaluator).
 
     :param index: the request's position in the sequence (0-based).
-    :param kind: ``"learn"`` or ``"unlearn"``.
-    :param task: the task learned or unlearned.
+    :param kind: ``"learn"``, ``"unlearn"`` or ``"make_permanent"``.
+    :param task: the task the request is about.
     :param seconds: wall time of the request (device work waited for; evaluation excluded).
     :param epoch_seconds: wall time of each training epoch (learning requests; else empty).
     :param accuracy: accuracy (percent) on every task of the test stream afterwards, unlearned
@@ -80,8 +80,8 @@ class DivergedError(RuntimeError):
     ``str()`` is one line naming the request, the epoch and what is not finite.
 
     :param index: the request's position in the sequence (0-based).
-    :param kind: ``"learn"`` or ``"unlearn"``.
-    :param task: the task learned or unlearned.
+    :param kind: ``"learn"``, ``"unlearn"`` or ``"make_permanent"``.
+    :param task: the task the request is about.
     :param what: what is not finite (``"the training loss"``, ``"parameter 'net.0.weight' at
         the end of the request"``).
     :param epoch: the training epoch (1-based) whose loss was not finite; ``None`` when found
@@ -111,6 +111,15 @@ class UnlearningPlugin(SupervisedPlugin, Stateful):
 
     def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         """Called after the strategy unlearned ``task``."""
+
+    def before_making_permanent(self, strategy: UnlearningTemplate, task: int,
+                                **kwargs) -> None:
+        """Called before the learned ``task`` becomes permanent (a ``make_permanent``
+        request; not for a permanent learning request, which is a learning request)."""
+
+    def after_making_permanent(self, strategy: UnlearningTemplate, task: int,
+                               **kwargs) -> None:
+        """Called after ``task`` became permanent (it is in ``strategy.permanent_tasks``)."""
 
     def after_request(self, strategy: UnlearningTemplate, result: RequestResult,
                       **kwargs) -> None:

@@ -94,7 +94,7 @@ def test_json_round_trip_and_bad_files(tmp_path):
     with pytest.raises(InvalidRequestSequence, match="request 1: unknown request kind 'forget'"):
         RequestSequence.load(path, 5)
     path.write_text('[{"kind": "learn"}]')
-    with pytest.raises(InvalidRequestSequence, match="exactly the keys"):
+    with pytest.raises(InvalidRequestSequence, match="expected an object with the keys .kind."):
         RequestSequence.load(path, 5)
     path.write_text('{"kind": "learn", "task": 0}')
     with pytest.raises(InvalidRequestSequence, match="expected a JSON list"):

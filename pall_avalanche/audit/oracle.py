@@ -45,7 +45,7 @@ def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[in
 
     :param requests: the audited sequence R; it must unlearn at least one task.
     """
-    unlearned = [r.task for r in requests if not r.is_learn]
+    unlearned = [r.task for r in requests if r.is_unlearn]
     if not unlearned:
         raise ValueError(f"the sequence {[str(r) for r in requests]} unlearns no task; the "
                          "audit needs at least one unlearning request")
@@ -143,12 +143,12 @@ def oracle_rows(requests: RequestSequence | Sequence) -> list[tuple[int, int, li
     task (:func:`oracle_sequence`): its rows are R's rows of the requests it keeps, and a row
     of R is aligned with the row of the last kept request at or before it."""
     requests = list(requests)
-    removed = {int(r.task) for r in requests if r.kind != "learn"}
+    removed = {int(r.task) for r in requests if r.kind == "unlearn"}
     kept = [j for j, r in enumerate(requests) if int(r.task) not in removed]
     position = {j: k for k, j in enumerate(kept)}
     out = []
     for i, r in enumerate(requests):
-        if r.kind == "learn":
+        if r.kind != "unlearn":
             continue
         task = int(r.task)
         aligned = [position[j] for j in kept if j <= i]

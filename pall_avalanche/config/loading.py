@@ -171,6 +171,10 @@ def check_run_config(config: Mapping[str, Any], method: str,
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
                          f"{n_tasks} tasks can be unlearned")
+    if resolved.get("unlearnable_age") == 0 and n_unlearn:
+        raise ValueError(f"n_unlearn={n_unlearn} is invalid with unlearnable_age=0: every task "
+                         "is learned permanently, none can be unlearned; set n_unlearn=0 or "
+                         "unlearnable_age >= 1")
     spec = BENCHMARK_INFO[resolved["benchmark"]]
     classes = spec.n_classes
     if n_tasks not in spec.valid_n_tasks():

@@ -98,6 +98,13 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
     def after_unlearning(self, strategy) -> list[MetricValue]:
         return self._finish(strategy)
 
+    # requests making a task permanent (the CLPU protocol)
+    def before_making_permanent(self, strategy) -> None:
+        self.measurement.start(strategy)
+
+    def after_making_permanent(self, strategy) -> list[MetricValue]:
+        return self._finish(strategy)
+
     def _finish(self, strategy) -> list[MetricValue]:
         index, kind, task = strategy.current_request
         result = self.measurement.finish(strategy, index, kind, task)

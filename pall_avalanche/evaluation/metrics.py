@@ -12,6 +12,11 @@ rows; the paper's a_{i+1,t}). With T learning and N_u unlearning requests
 
 A request whose set (Ω_{i-1} for learning, Ω_i for unlearning) is empty contributes 0 and the
 denominators stay T-1 and N_u; F_u^max is 0 when N_u > 0 but every such set is empty.
+
+A request that makes a task permanent (the CLPU protocol) trains on learning data when the
+method consolidates the task (CLPU-DER++ merges its side network): its drop over Ω_{i-1}
+is added to F_l's sum like a learning request's, the denominator staying T-1 (the learning
+requests), so consolidating is charged as learning is; it is no unlearning request.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ def compute_metrics(accuracy: np.ndarray | Sequence[Sequence[float]],
     learn_terms, unlearn_terms, unlearn_drops = [], [], []
     for i in range(1, len(requests)):
         drop = acc[i - 1] - acc[i]
-        if requests[i].is_learn:
+        if not requests[i].is_unlearn:
             tasks = sorted(active[i - 1])
             learn_terms.append(_mean([drop[t] for t in tasks]) if tasks else 0.0)
         else:

@@ -16,6 +16,7 @@ from pall_avalanche.catalog import METHOD_INFO, method_label
 from pall_avalanche.files import write_atomic
 from pall_avalanche.reports.aggregate import FAILED_MARK, failed_mark, table1_points
 from pall_avalanche.reports.render import COLUMNS
+from pall_avalanche.requests import Request
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -52,8 +53,7 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
         acc = np.asarray(record["accuracy"], dtype=float)
         image = ax.imshow(acc, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         ax.set_yticks(range(len(record["requests"])),
-                      [("L" if r["kind"] == "learn" else "U") + str(r["task"])
-                       for r in record["requests"]], fontsize=7)
+                      [str(Request(**r)) for r in record["requests"]], fontsize=7)
         ax.set_xticks(range(acc.shape[1]), range(acc.shape[1]), fontsize=7)
         ax.set_xlabel("task")
         ax.set_title(f"{record.get('point', '')} {method_label(record['method'])} "

@@ -1,10 +1,16 @@
-"""Request sequences R_{1:r}: ordered learning and unlearning instructions.
+"""Request sequences R_{1:r}: ordered learning, unlearning and permanence instructions.
 
-A request is ``learn t`` or ``unlearn t``. A sequence is valid when every task is learned at
-most once, unlearned at most once, and only after it was learned (paper §3.2). This module is
-the single source of truth for that model: generation (the paper's procedure), validation,
-the active sets Ω_i, and the JSON form ``[{"kind": "learn", "task": 0}, ...]`` used in result
-records and by ``--requests FILE``.
+A request is ``learn t`` (temporarily: t may be unlearned later), ``learn t`` permanently,
+``unlearn t`` or ``make t permanent`` (the CLPU protocol of Liu, Liu and Stone, CoLLAs 2022:
+a temporary task can be made permanent; a permanent task can never be unlearned). A sequence
+is valid when every task is learned at most once, unlearned at most once and only after it
+was learned (paper §3.2), made permanent only while it is learned and temporary, and never
+unlearned once permanent. This module is the single source of truth for that model:
+generation (the paper's procedure, with CLArena's ``unlearnable_age``), validation, the
+active sets Ω_i, the string forms (``L0 P1 U0 M1``, CLPU's ``R0 T1 F1``, UnCLe's
+``L6,L7,U1``) and the JSON form ``[{"kind": "learn", "task": 0}, ...]`` used in result records
+and by ``--requests FILE`` (a permanent learning request adds ``"permanent": true``, so every
+all-temporary sequence keeps the form it always had).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "LEARN",
+    "MAKE_PERMANENT",
     "UNLEARN",
     "InvalidRequestSequence",
     "Request",
@@ -31,8 +38,12 @@ __all__ = [
 
 LEARN: Literal["learn"] = "learn"
 UNLEARN: Literal["unlearn"] = "unlearn"
+MAKE_PERMANENT: Literal["make_permanent"] = "make_permanent"
 #: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
-REQUEST_KINDS = (LEARN, UNLEARN)
+REQUEST_KINDS = (LEARN, UNLEARN, MAKE_PERMANENT)
+#: The letter of each request in the string form (``L3``; a permanent learning request
+#: ``P3``).
+_LETTERS = {LEARN: "L", UNLEARN: "U", MAKE_PERMANENT: "M"}
 
 
 class InvalidRequestSequence(ValueError):
@@ -41,40 +52,68 @@ class InvalidRequestSequence(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    """One instruction: ``kind`` is ``"learn"`` or ``"unlearn"``, ``task`` a task id from 0."""
+    """One instruction: ``kind`` is ``"learn"``, ``"unlearn"`` or ``"make_permanent"``,
+    ``task`` a task id from 0; ``permanent`` marks a learning request whose task can never be
+    unlearned (CLPU's ``R`` of a new task)."""
 
-    kind: Literal["learn", "unlearn"]
+    kind: Literal["learn", "unlearn", "make_permanent"]
     task: int
+    permanent: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in REQUEST_KINDS:
             raise InvalidRequestSequence(
-                f"unknown request kind {self.kind!r}; valid kinds are 'learn' and 'unlearn'"
-            )
+                f"unknown request kind {self.kind!r}; valid kinds are "
+                + ", ".join(map(repr, REQUEST_KINDS)))
         if isinstance(self.task, bool) or not isinstance(self.task, (int, np.integer)):
             raise InvalidRequestSequence(
                 f"task id {self.task!r} is not an integer; task ids are 0, 1, ..."
             )
+        if not isinstance(self.permanent, bool):
+            raise InvalidRequestSequence(f"permanent={self.permanent!r} must be true or false")
+        if self.permanent and self.kind != LEARN:
+            raise InvalidRequestSequence(
+                f"only a learning request can be permanent, not {self.kind!r} (make a learned "
+                "task permanent with kind 'make_permanent')")
         object.__setattr__(self, "task", int(self.task))
 
     @property
     def is_learn(self) -> bool:
+        """A learning request, temporary or permanent."""
         return self.kind == LEARN
 
+    @property
+    def is_unlearn(self) -> bool:
+        return self.kind == UNLEARN
+
+    @property
+    def makes_permanent(self) -> bool:
+        """Whether the task is permanent after this request (a permanent learning request or
+        a ``make_permanent`` one)."""
+        return self.permanent or self.kind == MAKE_PERMANENT
+
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "task": self.task}
+        out = {"kind": self.kind, "task": self.task}
+        if self.permanent:
+            out["permanent"] = True
+        return out
 
     def __str__(self) -> str:
-        return f"{'L' if self.is_learn else 'U'}{self.task}"
+        return f"{'P' if self.permanent else _LETTERS[self.kind]}{self.task}"
 
     @classmethod
     def parse(cls, token: str) -> Request:
-        """The inverse of ``str()``: ``"L3"`` → learn task 3, ``"U1"`` → unlearn task 1."""
-        match = re.fullmatch(r"([LU])(\d+)", token.strip())
+        """The inverse of ``str()``: ``"L3"`` → learn task 3, ``"P3"`` → learn task 3
+        permanently, ``"U1"`` → unlearn task 1, ``"M1"`` → make task 1 permanent."""
+        match = re.fullmatch(r"([LPUM])(\d+)", token.strip())
         if match is None:
             raise InvalidRequestSequence(
-                f"request {token!r} is not L<task> (learn) or U<task> (unlearn), e.g. L0 or U2")
-        return cls(LEARN if match[1] == "L" else UNLEARN, int(match[2]))
+                f"request {token!r} is not L<task> (learn), P<task> (learn permanently), "
+                "U<task> (unlearn) or M<task> (make permanent), e.g. L0 or U2")
+        letter, task = match[1], int(match[2])
+        if letter == "P":
+            return cls(LEARN, task, permanent=True)
+        return cls({"L": LEARN, "U": UNLEARN, "M": MAKE_PERMANENT}[letter], task)
 
 
 class RequestSequence(Sequence[Request]):
@@ -123,7 +162,12 @@ class RequestSequence(Sequence[Request]):
     @property
     def unlearned_tasks(self) -> list[int]:
         """Tasks with an unlearning request, in request order."""
-        return [r.task for r in self._requests if not r.is_learn]
+        return [r.task for r in self._requests if r.is_unlearn]
+
+    @property
+    def permanent_tasks(self) -> list[int]:
+        """Tasks permanent at the end, in the order they became permanent."""
+        return [r.task for r in self._requests if r.makes_permanent]
 
     def active_sets(self) -> list[frozenset[int]]:
         """Ω_i after each request i (index 0 = after the first request)."""
@@ -132,7 +176,7 @@ class RequestSequence(Sequence[Request]):
         for r in self._requests:
             if r.is_learn:
                 active.add(r.task)
-            else:
+            elif r.is_unlearn:
                 active.discard(r.task)
             out.append(frozenset(active))
         return out
@@ -143,7 +187,8 @@ class RequestSequence(Sequence[Request]):
         return RequestSequence([r for r in self._requests if r.task not in drop], self.n_tasks)
 
     def to_list(self) -> list[dict]:
-        """The JSON-ready form: ``[{"kind": "learn", "task": 0}, ...]``."""
+        """The JSON-ready form: ``[{"kind": "learn", "task": 0}, ...]`` (a permanent learning
+        request adds ``"permanent": true``)."""
         return [r.to_dict() for r in self._requests]
 
     def save(self, path: str | Path) -> None:
@@ -151,12 +196,40 @@ class RequestSequence(Sequence[Request]):
 
     @classmethod
     def parse(cls, text: str, n_tasks: int) -> RequestSequence:
-        """The inverse of ``str()`` of the requests: ``"L0 L1 U0"`` (or comma-separated,
-        ``"L0,L1,U0"``) validated for ``n_tasks`` (:meth:`Request.parse`)."""
-        tokens = [t for t in re.split(r"[\s,]+", text.strip()) if t]
-        if not tokens:
-            raise InvalidRequestSequence(f"{text!r} holds no request; e.g. 'L0 L1 U0'")
-        return cls([Request.parse(token) for token in tokens], n_tasks)
+        """The inverse of ``str()`` of the requests: ``"L0 P1 U0 M1"`` validated for
+        ``n_tasks`` (:meth:`Request.parse`). Comma-separated tokens are read too, so UnCLe's
+        instruction strings (Adhikari et al., 2025: ``"L6,L7,L2,U1"``, 0-based task ids) are
+        sequences of this form."""
+        return cls([Request.parse(token) for token in _tokens(text, "L0 L1 U0")], n_tasks)
+
+    @classmethod
+    def parse_clpu(cls, text: str, n_tasks: int) -> RequestSequence:
+        """A sequence in CLPU's notation (Liu, Liu and Stone, CoLLAs 2022), e.g.
+        ``"R0 T1 T2 R3 R1 F2 T4 F4"`` (their default): ``T<t>`` learns t temporarily,
+        ``R<t>`` learns t permanently, or makes it permanent when it is learned temporarily,
+        ``F<t>`` unlearns (forgets) it."""
+        requests: list[Request] = []
+        learned: set[int] = set()
+        for token in _tokens(text, "R0 T1 F1"):
+            match = re.fullmatch(r"([RTF])(\d+)", token)
+            if match is None:
+                raise InvalidRequestSequence(
+                    f"request {token!r} is not R<task> (remember), T<task> (learn "
+                    "temporarily) or F<task> (forget), e.g. R0 T1 F1")
+            letter, task = match[1], int(match[2])
+            if letter == "F":
+                requests.append(Request(UNLEARN, task))
+            elif letter == "R" and task in learned:
+                requests.append(Request(MAKE_PERMANENT, task))
+            else:
+                requests.append(Request(LEARN, task, permanent=letter == "R"))
+                learned.add(task)
+        return cls(requests, n_tasks)
+
+    def to_clpu(self) -> str:
+        """The sequence in CLPU's notation (the inverse of :meth:`parse_clpu`)."""
+        return " ".join(f"{'F' if r.is_unlearn else 'R' if r.makes_permanent else 'T'}{r.task}"
+                        for r in self._requests)
 
     def __str__(self) -> str:
         return " ".join(map(str, self._requests))
@@ -180,16 +253,25 @@ class RequestSequence(Sequence[Request]):
         return cls(data, n_tasks)
 
 
+def _tokens(text: str, example: str) -> list[str]:
+    tokens = [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    if not tokens:
+        raise InvalidRequestSequence(f"{text!r} holds no request; e.g. {example!r}")
+    return tokens
+
+
 def _as_request(item: Request | dict, position: int) -> Request:
     if isinstance(item, Request):
         return item
-    if not isinstance(item, dict) or set(item) != {"kind", "task"}:
+    if not isinstance(item, dict) or not {"kind", "task"} <= set(item) <= {
+            "kind", "task", "permanent"}:
         raise InvalidRequestSequence(
-            f"request {position} is {item!r}; expected an object with exactly the keys "
-            "'kind' ('learn' or 'unlearn') and 'task' (an integer)"
+            f"request {position} is {item!r}; expected an object with the keys 'kind' "
+            "('learn', 'unlearn' or 'make_permanent') and 'task' (an integer), and optionally "
+            "'permanent' (true for a permanent learning request)"
         )
     try:
-        return Request(item["kind"], item["task"])
+        return Request(item["kind"], item["task"], item.get("permanent", False))
     except InvalidRequestSequence as err:
         raise InvalidRequestSequence(f"request {position}: {err}") from None
 
@@ -197,6 +279,7 @@ def _as_request(item: Request | dict, position: int) -> Request:
 def _validate(requests: Sequence[Request], n_tasks: int) -> None:
     learned: set[int] = set()
     unlearned: set[int] = set()
+    permanent: dict[int, int] = {}
     for i, r in enumerate(requests, start=1):
         where = f"request {i} ({r})"
         if not 0 <= r.task < n_tasks:
@@ -207,17 +290,28 @@ def _validate(requests: Sequence[Request], n_tasks: int) -> None:
             if r.task in learned:
                 raise InvalidRequestSequence(f"{where}: task {r.task} is learned twice")
             learned.add(r.task)
-        else:
-            if r.task in unlearned:
-                raise InvalidRequestSequence(f"{where}: task {r.task} is unlearned twice")
-            if r.task not in learned:
-                raise InvalidRequestSequence(
-                    f"{where}: task {r.task} is unlearned before it was learned"
-                )
+        elif r.task not in learned:
+            action = "unlearned" if r.is_unlearn else "made permanent"
+            raise InvalidRequestSequence(f"{where}: task {r.task} is {action} before it was "
+                                         "learned")
+        elif r.task in unlearned:
+            raise InvalidRequestSequence(
+                f"{where}: task {r.task} is unlearned twice" if r.is_unlearn else
+                f"{where}: task {r.task} is made permanent after it was unlearned")
+        elif r.task in permanent:
+            raise InvalidRequestSequence(
+                f"{where}: task {r.task} is permanent since request {permanent[r.task]}; a "
+                "permanent task cannot be unlearned" if r.is_unlearn else
+                f"{where}: task {r.task} is already permanent (since request "
+                f"{permanent[r.task]})")
+        elif r.is_unlearn:
             unlearned.add(r.task)
+        if r.makes_permanent:
+            permanent[r.task] = i
 
 
-def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequence:
+def generate_requests(n_tasks: int, n_unlearn: int, seed: int,
+                      unlearnable_age: int | None = None) -> RequestSequence:
     """The paper's random request sequence, drawn as its reference draws it, so seed k gives
     the reference's sequence of seed k (docs/fidelity.md, "Benchmarks and requests").
 
@@ -227,9 +321,18 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequenc
     position after that task's learning request in the list so far (``random.choice`` of the
     positions) — all from Python's generator seeded with ``seed``.
 
+    With ``unlearnable_age`` N (CLArena's, the CLPU protocol), task t becomes permanent N
+    tasks after it was learned: a ``make_permanent`` request of t follows the learning
+    request of task t + N (for t + N < T), t's unlearning request (if drawn) is placed before
+    it, and with N = 0 every task is learned permanently (so ``n_unlearn`` must be 0). The
+    draws are the same as without it, only from fewer positions, so ``None`` (every task
+    temporary for ever, the paper's protocol) gives the sequence it always gave.
+
     :param n_tasks: T, the number of tasks.
     :param n_unlearn: N_u, the number of unlearning requests (0..T).
     :param seed: the seed of the sequence.
+    :param unlearnable_age: N, the learning requests after which a task is permanent, or
+        ``None`` (never).
     """
     if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or n_tasks < 1:
         raise InvalidRequestSequence(f"n_tasks={n_tasks!r} must be a positive integer")
@@ -240,16 +343,42 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int) -> RequestSequenc
             f"n_unlearn={n_unlearn!r} is invalid; it must be an integer in 0..{n_tasks} "
             f"(N_u cannot exceed the number of tasks T={n_tasks})"
         )
+    if unlearnable_age is not None and (
+            isinstance(unlearnable_age, bool) or not isinstance(unlearnable_age, int)
+            or unlearnable_age < 0):
+        raise InvalidRequestSequence(
+            f"unlearnable_age={unlearnable_age!r} is invalid; it must be an integer >= 0 "
+            "(or None: every task stays unlearnable)")
+    if unlearnable_age == 0 and n_unlearn:
+        raise InvalidRequestSequence(
+            f"n_unlearn={n_unlearn} with unlearnable_age=0: every task is learned "
+            "permanently, so none can be unlearned; use n_unlearn=0 or unlearnable_age >= 1")
     rng = random.Random(seed)
-    sequence = [Request(LEARN, t) for t in range(n_tasks)]
+    sequence = [Request(LEARN, t, permanent=unlearnable_age == 0) for t in range(n_tasks)]
     undrawn = list(range(n_tasks))
     drawn = []
     for _ in range(n_unlearn):
         task = rng.choice(undrawn)
         undrawn.remove(task)
         drawn.append(task)
+
+    def learning(task: int) -> int:
+        return next(i for i, r in enumerate(sequence) if r.is_learn and r.task == task)
+
+    def permanent_at(task: int) -> int | None:
+        """Where ``task``'s make-permanent request goes: right after the learning request
+        of task + N (``None``: it stays temporary)."""
+        if not unlearnable_age or task + unlearnable_age >= n_tasks:
+            return None
+        return learning(task + unlearnable_age) + 1
+
     for task in drawn:
-        after = sequence.index(Request(LEARN, task)) + 1
-        position = rng.choice(range(after, len(sequence) + 1))
+        end = permanent_at(task)
+        position = rng.choice(range(learning(task) + 1,
+                                    len(sequence) + 1 if end is None else end + 1))
         sequence.insert(position, Request(UNLEARN, task))
+    for task in sorted(set(range(n_tasks)) - set(drawn)):
+        at = permanent_at(task)
+        if at is not None:
+            sequence.insert(at, Request(MAKE_PERMANENT, task))
     return RequestSequence(sequence, n_tasks)

@@ -1,38 +1,43 @@
 """Avalanche streams that interleave learning experiences with unlearning requests.
 
 ``RequestStream(benchmark, requests)`` yields, in request order, the benchmark's training
-experience of task t for ``learn t`` and an :class:`UnlearnExperience` for ``unlearn t``, so
-plain Avalanche code works unchanged::
+experience of task t for ``learn t`` (for a permanent learning request, a copy of it marked
+``permanent``: :func:`learn_permanently`), an :class:`UnlearnExperience` for ``unlearn t`` and
+a :class:`MakePermanentExperience` for ``make t permanent``, so plain Avalanche code works
+unchanged::
 
     for exp in RequestStream(benchmark, requests):
         strategy.train(exp)
 
 The stream never mutates the experiences it is given (Avalanche's ``EagerCLStream`` would
-renumber them), and unlearning experiences are immutable.
+renumber them), and the data-less requests are immutable.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience, CLScenario
 
 from pall_avalanche.requests import RequestSequence
 
-__all__ = ["RequestStream", "UnlearnExperience", "UnlearningNotSupportedError"]
+__all__ = ["DatalessExperience", "MakePermanentExperience", "RequestStream", "UnlearnExperience",
+           "UnlearningNotSupportedError", "learn_permanently"]
 
 
 class UnlearningNotSupportedError(TypeError):
     """An unlearning request reached a strategy that cannot unlearn."""
 
 
-class UnlearnExperience(CLExperience):
-    """The request to unlearn task ``task``: an experience that carries no data.
+class DatalessExperience(CLExperience):
+    """A request about task ``task`` that carries no data (:class:`UnlearnExperience`,
+    :class:`MakePermanentExperience`): immutable; a strategy that asks for its dataset (one
+    not derived from :class:`pall_avalanche.strategies.UnlearningTemplate`) fails with a clear
+    error."""
 
-    Strategies built on :class:`pall_avalanche.strategies.UnlearningTemplate` route it to
-    ``strategy.unlearn(task)``; any other strategy fails with a clear error when it asks for
-    the (non-existent) dataset.
-    """
+    #: What the request does, for messages.
+    action = "a request"
 
     def __init__(self, task: int, *, current_experience: int | None = None,
                  origin_stream: RequestStream | None = None) -> None:
@@ -44,12 +49,12 @@ class UnlearnExperience(CLExperience):
 
     def __setattr__(self, name: str, value) -> None:
         if getattr(self, "_frozen", False) and name in ("_task", "task_label", "task_labels"):
-            raise AttributeError(f"UnlearnExperience is immutable: cannot set {name!r}")
+            raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
         super().__setattr__(name, value)
 
     @property
     def task_label(self) -> int:
-        """The task to unlearn."""
+        """The task the request is about."""
         return self._task
 
     @property
@@ -59,13 +64,37 @@ class UnlearnExperience(CLExperience):
     @property
     def dataset(self):
         raise UnlearningNotSupportedError(
-            f"an unlearning request for task {self._task} was handed to a strategy that cannot "
+            f"{self.action} for task {self._task} was handed to a strategy that cannot "
             "unlearn; use a strategy derived from pall_avalanche.strategies.UnlearningTemplate "
             "(see pall_avalanche.strategies.METHODS)"
         )
 
     def __repr__(self) -> str:
-        return f"UnlearnExperience(task={self._task})"
+        return f"{type(self).__name__}(task={self._task})"
+
+
+class UnlearnExperience(DatalessExperience):
+    """The request to unlearn task ``task``, routed to ``strategy.unlearn(task)`` by
+    :class:`pall_avalanche.strategies.UnlearningTemplate`."""
+
+    action = "an unlearning request"
+
+
+class MakePermanentExperience(DatalessExperience):
+    """The request to make the learned task ``task`` permanent (it can never be unlearned
+    afterwards), routed to ``strategy.make_permanent(task)`` by
+    :class:`pall_avalanche.strategies.UnlearningTemplate`."""
+
+    action = "a request to make a task permanent"
+
+
+def learn_permanently(experience: CLExperience) -> CLExperience:
+    """A learning experience whose task is learned permanently (never to be unlearned): a
+    shallow copy of ``experience`` with ``permanent = True`` (the experience given is not
+    changed; the copy shares its dataset)."""
+    marked = copy.copy(experience)
+    marked.permanent = True
+    return marked
 
 
 class RequestStream(Sequence[CLExperience]):
@@ -94,8 +123,9 @@ class RequestStream(Sequence[CLExperience]):
         self.name = name
         self.requests = requests
         self._experiences: tuple[CLExperience, ...] = tuple(
-            train[r.task] if r.is_learn
-            else UnlearnExperience(r.task, current_experience=i, origin_stream=self)
+            (learn_permanently(train[r.task]) if r.permanent else train[r.task]) if r.is_learn
+            else (UnlearnExperience if r.is_unlearn else MakePermanentExperience)(
+                r.task, current_experience=i, origin_stream=self)
             for i, r in enumerate(requests)
         )
 

@@ -77,7 +77,7 @@ class RunSpec:
         """The request sequence the run replays."""
         if self.requests is None:
             return generate_requests(self.config["n_tasks"], self.config["n_unlearn"],
-                                     self.seed)
+                                     self.seed, self.config.get("unlearnable_age"))
         return RequestSequence(self.requests, self.config["n_tasks"])
 
     def described(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pall_avalanche.config import config_hash
+from pall_avalanche.requests import Request
 
 if TYPE_CHECKING:
     from pall_avalanche.core import RequestResult
@@ -261,8 +262,7 @@ class WandbRun:
                     summary[f"time/{key}"] = record["timings"][key]
             if path is not None:
                 summary["record_path"] = str(path)
-            labels = [f"{i} {'L' if r['kind'] == 'learn' else 'U'}{r['task']}"
-                      for i, r in enumerate(record["requests"])]
+            labels = [f"{i} {Request(**r)}" for i, r in enumerate(record["requests"])]
             n_tasks = len(record["accuracy"][0])
             table = wandb.Table(
                 columns=["request", "kind", "task", *[f"task{t}" for t in range(n_tasks)]],

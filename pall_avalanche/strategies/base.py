@@ -109,7 +109,8 @@ class UnlearningTemplate(RequestLifecycle, TaskRouting, Optimization, TemplateSt
     """
 
     PLUGIN_CLASS = UnlearningPlugin
-    checkpoint_attributes = ("active_tasks", "clock.train_iterations", "clock.train_exp_counter",
+    checkpoint_attributes = ("active_tasks", "permanent_tasks", "made_permanent",
+                             "clock.train_iterations", "clock.train_exp_counter",
                              "clock.total_iterations")
     #: Whether the method wants per-task token parameters in backbones that have them
     #: (ViT's CLS token and positional embedding; docs/fidelity.md, "Models").
@@ -138,6 +139,7 @@ class UnlearningTemplate(RequestLifecycle, TaskRouting, Optimization, TemplateSt
                          plugins=plugins, **kwargs)
         self.speed.check_model(self.model)
         self.active_tasks: list[int] = []
+        self.permanent_tasks: list[int] = []
         self._statistics: dict = {}
         self._measured: tuple[RequestResult, object] | None = None
         #: Whether every training loss of the epoch in progress was finite (on the device).

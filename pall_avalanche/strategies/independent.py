@@ -83,6 +83,7 @@ class Independent(UnlearningTemplate):
     """
 
     table_size = INDEPENDENT_SIZE
+    permanence = "nothing changes: the task's own model stays"
 
     def __init__(self, *, model: nn.Module, **kwargs) -> None:
         super().__init__(model=IndependentModels(task_network(model, kwargs.get("n_tasks"))),

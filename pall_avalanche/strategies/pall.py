@@ -89,6 +89,9 @@ class PALL(SubnetworkStrategy):
 
     checkpoint_attributes = ("ledger.events",)
     accepts_unlearned_task_samples = False
+    permanence = ("nothing changes: PALL reclaims nothing (the task's subnetwork stays "
+                  "frozen and its buffer stays, needed to retrain the shared entries when "
+                  "another task is unlearned)")
 
     def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, alpha: float,
                  n_retrain_iters: int = 50, beta: float = 0.5, buffer_size: int = 500,

@@ -232,6 +232,8 @@ class ERRetraining(ER):
     """
 
     accepts_unlearned_task_samples = False
+    permanence = ("nothing changes: the task's buffer stays, needed to retrain from scratch "
+                  "when another task is unlearned")
 
     def __init__(self, *, retrain_epochs: int, **kwargs) -> None:
         if isinstance(retrain_epochs, bool) or not isinstance(retrain_epochs, int) \

@@ -1,10 +1,15 @@
 """The request lifecycle of the unlearning template.
 
-Learning requests are Avalanche's training experiences; an
+Learning requests are Avalanche's training experiences (one marked ``permanent``:
+:func:`~pall_avalanche.requests.streams.learn_permanently`, learns its task permanently); an
 :class:`~pall_avalanche.requests.streams.UnlearnExperience` in ``train`` is carried out by
 ``unlearn(task)``, which fires ``before_unlearning`` and ``after_unlearning`` around the
-method's own ``_unlearn``. Every request ends in one event, ``after_request(strategy,
-result)``, fired once the request is over (every plugin of it done) with its
+method's own ``_unlearn``, and a :class:`~pall_avalanche.requests.streams.
+MakePermanentExperience` by ``make_permanent(task)``, which fires ``before_making_permanent``
+and ``after_making_permanent`` around the method's own ``_make_permanent``. A permanent task
+is never unlearned: such a request is refused before anything runs. Every request ends in one
+event, ``after_request(strategy, result)``, fired once the request is over (every plugin of it
+done) with its
 :class:`~pall_avalanche.core.RequestResult`; a diverged request raises
 :class:`~pall_avalanche.core.DivergedError` instead. :attr:`RequestLifecycle.current_request`
 is the request in progress (or the last one), the one place that knows it.
@@ -22,14 +27,19 @@ from avalanche.training.utils import trigger_plugins
 
 from pall_avalanche.core import DivergedError, RequestResult
 from pall_avalanche.models.multitask import TaskIncrementalRequired
-from pall_avalanche.requests.streams import UnlearnExperience
+from pall_avalanche.requests import MAKE_PERMANENT
+from pall_avalanche.requests.streams import (
+    DatalessExperience,
+    MakePermanentExperience,
+    UnlearnExperience,
+)
 
 __all__ = ["CurrentRequest", "RequestLifecycle", "and_finite"]
 
 
 class CurrentRequest(NamedTuple):
-    """A request of the sequence: its position (0-based), ``"learn"`` or ``"unlearn"``, and
-    its task."""
+    """A request of the sequence: its position (0-based), its kind (``"learn"``,
+    ``"unlearn"`` or ``"make_permanent"``) and its task."""
 
     index: int
     kind: str
@@ -67,10 +77,21 @@ def _check_stream_is_task_incremental(exp: CLExperience) -> None:
 
 
 class RequestLifecycle:
-    """Learning and unlearning requests, their one ending event and divergence checks."""
+    """Learning, unlearning and permanence requests, their one ending event and divergence
+    checks."""
 
     #: The request in progress, or the last one (``None`` before the first).
     current_request: CurrentRequest | None = None
+    #: What making a task permanent means for the method (one sentence, for the docs and
+    #: the field table); the template's default changes nothing.
+    permanence: str = "nothing changes: the task can no longer be unlearned"
+    #: The permanent tasks, in the order they became permanent (a subclass's ``__init__``
+    #: need not set it: the template does).
+    permanent_tasks: list[int]
+    #: Tasks made permanent by a ``make_permanent`` request (not learned permanently).
+    made_permanent: int = 0
+    #: Whether the learning request in progress learns its task permanently.
+    learning_permanently: bool = False
 
     def train(self, experiences: CLExperience | Iterable[CLExperience],
               eval_streams=None, **kwargs):
@@ -82,7 +103,7 @@ class RequestLifecycle:
         batch = [experiences] if isinstance(experiences, CLExperience) else list(experiences)
         self.check_requests(batch)
         if eval_streams is None:
-            eval_streams = [[exp for exp in batch if not isinstance(exp, UnlearnExperience)]]
+            eval_streams = [[exp for exp in batch if not isinstance(exp, DatalessExperience)]]
         return super().train(self._learning_experiences(batch), eval_streams, **kwargs)
 
     def _learning_experiences(self, batch: Sequence[CLExperience]) -> Iterator[CLExperience]:
@@ -90,9 +111,12 @@ class RequestLifecycle:
         unlearning request is carried out, in its place, when the loop asks for the next
         one (so it runs inside the ``train`` call, between its neighbours)."""
         for exp in batch:
-            if isinstance(exp, UnlearnExperience):
+            if isinstance(exp, DatalessExperience):
                 self.experience = exp
-                self.unlearn(exp.task_label)
+                if isinstance(exp, MakePermanentExperience):
+                    self.make_permanent(exp.task_label)
+                else:
+                    self.unlearn(exp.task_label)
             else:
                 yield exp
 
@@ -101,14 +125,18 @@ class RequestLifecycle:
         a learning experience of several tasks or of none, class-incremental input (a stream
         whose learning experiences repeat a task label:
         :class:`~pall_avalanche.models.multitask.TaskIncrementalRequired`), learning a task
-        that is learned, unlearning one that is not."""
-        active = list(self.active_tasks)
+        that is learned, unlearning one that is not or that is permanent, making permanent one
+        that is not learned or is permanent already."""
+        active, permanent = list(self.active_tasks), list(self.permanent_tasks)
         for exp in experiences:
-            if isinstance(exp, UnlearnExperience):
-                if exp.task_label not in active:
-                    raise ValueError(f"cannot unlearn task {exp.task_label}: it is not learned "
-                                     f"(active tasks {active})")
-                active.remove(exp.task_label)
+            if isinstance(exp, DatalessExperience):
+                task = exp.task_label
+                self._check_dataless(task, isinstance(exp, UnlearnExperience), active,
+                                     permanent)
+                if isinstance(exp, UnlearnExperience):
+                    active.remove(task)
+                else:
+                    permanent.append(task)
                 continue
             labels = list(getattr(exp, "task_labels", None) or [])
             if len(labels) != 1:
@@ -121,15 +149,26 @@ class RequestLifecycle:
                 raise ValueError(f"task {task} is already learned (active tasks {active}); "
                                  "unlearn it before learning it again")
             active.append(task)
+            if getattr(exp, "permanent", False):
+                permanent.append(task)
+
+    @staticmethod
+    def _check_dataless(task: int, unlearn: bool, active: Sequence[int],
+                        permanent: Sequence[int]) -> None:
+        """Refuse, in one line, unlearning (``unlearn``) or making permanent ``task`` when it
+        is not learned or already permanent."""
+        action = "unlearn" if unlearn else "make permanent"
+        if task not in active:
+            raise ValueError(f"cannot {action} task {task}: it is not learned (active tasks "
+                             f"{list(active)})")
+        if task in permanent:
+            raise ValueError(f"cannot {action} task {task}: it is permanent (permanent tasks "
+                             f"{list(permanent)}); a permanent task is never unlearned")
 
     def unlearn(self, task: int) -> None:
         """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
-        plugins' ``after_unlearning``."""
-        if task not in self.active_tasks:
-            raise ValueError(
-                f"cannot unlearn task {task}: it is not learned (active tasks "
-                f"{self.active_tasks})"
-            )
+        plugins' ``after_unlearning``. A task not learned or permanent is refused."""
+        self._check_dataless(task, True, self.active_tasks, self.permanent_tasks)
         self.model.to(self.device)
         self._start_request("unlearn", task)
         trigger_plugins(self, "before_unlearning", task=task)
@@ -141,6 +180,25 @@ class RequestLifecycle:
     def _unlearn(self, task: int) -> None:
         """The method's unlearning step, with ``task`` already out of ``active_tasks``.
         The default changes nothing (Sequential); methods override it or act in plugins."""
+
+    def make_permanent(self, task: int) -> None:
+        """Make the learned, temporary ``task`` permanent (CLPU): plugins'
+        ``before_making_permanent``, the method's ``_make_permanent`` (:attr:`permanence`
+        says what it does), plugins' ``after_making_permanent``; from then on unlearning
+        ``task`` is refused."""
+        self._check_dataless(task, False, self.active_tasks, self.permanent_tasks)
+        self.model.to(self.device)
+        self._start_request(MAKE_PERMANENT, task)
+        trigger_plugins(self, "before_making_permanent", task=task)
+        self._make_permanent(task)
+        self.permanent_tasks.append(task)
+        self.made_permanent += 1
+        trigger_plugins(self, "after_making_permanent", task=task)
+        self._end_request()
+
+    def _make_permanent(self, task: int) -> None:
+        """The method's step when ``task`` becomes permanent (still in ``active_tasks``, not
+        yet in ``permanent_tasks``). The default changes nothing."""
 
     def request_statistics(self) -> dict:
         """The method's own figures about the request in progress or just finished (name →
@@ -159,8 +217,9 @@ class RequestLifecycle:
     def requests_done(self) -> int:
         """The number of requests finished so far: every learning request adds its task to
         ``active_tasks`` and counts on Avalanche's clock (``clock.train_exp_counter``), every
-        unlearning request removes one, so 2 × learned − |Ω| (between requests)."""
-        return 2 * self.clock.train_exp_counter - len(self.active_tasks)
+        unlearning request removes one, so 2 × learned − |Ω|, plus the ``make_permanent``
+        requests (between requests)."""
+        return 2 * self.clock.train_exp_counter - len(self.active_tasks) + self.made_permanent
 
     def _start_request(self, kind: str, task: int) -> None:
         self._statistics, self._measured = {}, None
@@ -187,12 +246,15 @@ class RequestLifecycle:
 
     # ------------------------------------------------------------ learning requests
     def _before_training_exp(self, **kwargs) -> None:
+        self.learning_permanently = bool(getattr(self.experience, "permanent", False))
         self._start_request("learn", self.experience.task_label)
         super()._before_training_exp(**kwargs)
         self.start_phase(self.training_phases()[0])
 
     def _after_training_exp(self, **kwargs) -> None:
         self.active_tasks.append(self.experience.task_label)
+        if self.learning_permanently:
+            self.permanent_tasks.append(self.experience.task_label)
         self.release_experience()
         super()._after_training_exp(**kwargs)
         self._end_request()
