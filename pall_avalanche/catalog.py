@@ -25,7 +25,11 @@ __all__ = [
     "AUDIT_CONTROL",
     "AUDIT_LEAKS",
     "BENCHMARK_INFO",
+    "CLPU_SIZE",
     "DENSE_SIZE",
+    "EMBEDDING_SIZE",
+    "FIELD_METHODS",
+    "HYPERNETWORK_SIZE",
     "INDEPENDENT_SIZE",
     "METHOD_INFO",
     "MODEL_INFO",
@@ -48,7 +52,14 @@ DENSE_SIZE = "d"
 SUBNETWORK_SIZE = "d + M_i"
 #: ... of Independent: one dense model per active task.
 INDEPENDENT_SIZE = "d × |Ω_i|"
-MODEL_SIZES = (DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE)
+#: ... of CLPU-DER++: the main network plus one side network per live temporary task.
+CLPU_SIZE = "d × (1 + |Ω_T|)"
+#: ... of HAT: d plus the learned tasks' gate embeddings.
+EMBEDDING_SIZE = "d + E_i"
+#: ... of UnCLe: the hypernetwork h plus the learned tasks' embeddings.
+HYPERNETWORK_SIZE = "h + E_i"
+MODEL_SIZES = (DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE, CLPU_SIZE, EMBEDDING_SIZE,
+               HYPERNETWORK_SIZE)
 #: The types a method's own configuration key may have (its default's type).
 KEY_TYPES = (bool, int, float, str)
 #: The keyword arguments :func:`~pall_avalanche.strategies.build_strategy` gives every
@@ -251,6 +262,40 @@ register_method("static_sparse", f"{_STRATEGIES}.sparse:StaticSparse", exact=Tru
                 label="Static sparse (Ind.)", size=SUBNETWORK_SIZE)
 register_method("dynamic_sparse", f"{_STRATEGIES}.sparse:DynamicSparse", exact=True,
                 label="Dynamic sparse (Ind.)", size=SUBNETWORK_SIZE)
+
+# The continual-unlearning field beyond the paper (benchmarks/table_field.py; docs/fidelity.md,
+# "The field"): CLPU-DER++, Amnesiac update deletion over five learners, HAT and its
+# Amnesiac unlearning, UnCLe.
+register_method("clpu_derpp", f"{_STRATEGIES}.clpu:CLPUDERpp", exact=True, label="CLPU-DER++",
+                params=("buffer_size", "beta"), size=CLPU_SIZE)
+register_method("amnesiac_sequential", f"{_STRATEGIES}.amnesiac:AmnesiacSequential",
+                exact=False, label="Amnesiac Sequential")
+register_method("amnesiac_ewc", f"{_STRATEGIES}.amnesiac:AmnesiacEWC", exact=False,
+                label="Amnesiac EWC", params=("ewc_lambda",))
+register_method("amnesiac_lwf", f"{_STRATEGIES}.amnesiac:AmnesiacLwF", exact=False,
+                label="Amnesiac LwF", params=("lwf_alpha", "lwf_temperature"))
+register_method("amnesiac_der", f"{_STRATEGIES}.amnesiac:AmnesiacDER", exact=False,
+                label="Amnesiac DER", params=("buffer_size", "beta"))
+register_method("amnesiac_derpp", f"{_STRATEGIES}.amnesiac:AmnesiacDERpp", exact=False,
+                label="Amnesiac DER++", params=("buffer_size", "beta"))
+register_method("hat", f"{_STRATEGIES}.hat:HAT", exact=False, label="HAT", size=EMBEDDING_SIZE,
+                config={"s_max": 400.0, "lamb": 0.75},
+                ranges={"s_max": (1.0, None), "lamb": (0.0, None)})
+register_method("amnesiac_hat", f"{_STRATEGIES}.hat:AmnesiacHAT", exact=False,
+                label="Amnesiac HAT", size=EMBEDDING_SIZE,
+                config={"s_max": 400.0, "lamb": 0.75, "compensate_order": "forward"},
+                ranges={"s_max": (1.0, None), "lamb": (0.0, None)})
+register_method("uncle", f"{_STRATEGIES}.uncle:UnCLe", exact=False, label="UnCLe",
+                config={"hnet_hidden": "64,64", "chunk_size": 2048, "embedding_dim": 32,
+                        "beta_reg": 0.1, "gamma_forget": 1.0, "unlearn_steps": 300,
+                        "noise_samples": 10},
+                ranges={"chunk_size": (1, None), "embedding_dim": (1, None),
+                        "beta_reg": (0, None), "gamma_forget": (0, None),
+                        "unlearn_steps": (0, None), "noise_samples": (1, None)},
+                size=HYPERNETWORK_SIZE)
+#: The field's methods beyond the paper's, in table_field's row order.
+FIELD_METHODS = ("clpu_derpp", "amnesiac_sequential", "amnesiac_ewc", "amnesiac_lwf",
+                 "amnesiac_der", "amnesiac_derpp", "hat", "amnesiac_hat", "uncle")
 
 #: The methods of the paper's Table 1, in its row order.
 TABLE1_METHODS = ("sequential", "ewc", "lwf", "lsf", "gem", "er", "derpp", "packnet", "wsn",

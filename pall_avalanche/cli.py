@@ -14,6 +14,7 @@ report it did not produce.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import warnings
@@ -25,6 +26,7 @@ from pall_avalanche.catalog import (
     ABLATION_METHODS,
     AUDIT_CONTROL,
     AUDIT_LEAKS,
+    FIELD_METHODS,
     METHOD_INFO,
     TABLE1_METHODS,
 )
@@ -104,9 +106,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
     parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
                         help="seeds to run (default: the configuration's 'seeds')")
     parser.add_argument("--n-unlearn", type=int, help="N_u, unlearning requests per sequence")
-    parser.add_argument("--requests", type=Path,
-                        help='JSON list of {"kind": "learn"|"unlearn", "task": t} replayed for '
-                             "every seed instead of generated sequences")
+    parser.add_argument("--requests", metavar="SEQUENCE",
+                        help="a request sequence replayed for every seed instead of generated "
+                             "ones: 'L0 L1 U0 P2 M1' (L learn, P learn permanently, U unlearn, "
+                             "M make permanent; commas allowed, as UnCLe's 'L6,L7,U1'), CLPU's "
+                             "notation after 'clpu:' ('clpu:R0 T1 T2 R1 F2'), or a JSON file of "
+                             '[{"kind": "learn"|"unlearn"|"make_permanent", "task": t}, ...]')
     parser.add_argument("--epochs", type=int, help="epochs per learning request")
     parser.add_argument("--alpha", type=float,
                         help="α, per-layer connectivity of a task subnetwork (PALL, WSN)")
@@ -245,14 +250,37 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
             "checkpoints": args.checkpoints, "wandb": WandbSettings.from_args(args)}
 
 
-METHOD_GROUPS = {"all": TABLE1_METHODS, "ablations": ABLATION_METHODS,
+#: A request sequence written out on the command line (``L0 L1 U0``, ``L6,L7,U1``).
+_SEQUENCE = re.compile(r"[LPUM]\d+([\s,]+[LPUM]\d+)*")
+
+
+def read_requests(value: str, n_tasks: int) -> RequestSequence:
+    """The sequence ``--requests`` names: CLPU's notation after ``clpu:``
+    (:meth:`RequestSequence.parse_clpu`), this project's string form
+    (:meth:`RequestSequence.parse`), else a JSON file (:meth:`RequestSequence.load`).
+
+    :raises FileNotFoundError: a file that does not exist.
+    """
+    text = value.strip()
+    if text.startswith("clpu:"):
+        return RequestSequence.parse_clpu(text[len("clpu:"):], n_tasks)
+    if _SEQUENCE.fullmatch(text):
+        return RequestSequence.parse(text, n_tasks)
+    if not Path(value).is_file():
+        raise FileNotFoundError(f"--requests {value}: no such file, and not a sequence such as "
+                                "'L0 L1 U0' or 'clpu:R0 T1 F1'")
+    return RequestSequence.load(value, n_tasks)
+
+
+METHOD_GROUPS = {"all": TABLE1_METHODS, "ablations": ABLATION_METHODS, "field": FIELD_METHODS,
                  "leaks": (AUDIT_CONTROL, *AUDIT_LEAKS)}
 
 
 def parse_methods(text: str) -> list[str]:
     """A comma-separated list of registered method names and groups (``all``: Table 1's
     methods; ``ablations``: ER (Retraining) and the sparse subnetworks; ``leaks``: the
-    exactness audit's instruments), without repeats."""
+    exactness audit's instruments; ``field``: the continual-unlearning field's methods beyond
+    the paper), without repeats."""
     methods: list[str] = []
     names = [m.strip() for m in text.split(",") if m.strip()]
     for name in names:
@@ -295,7 +323,7 @@ def config_from_args(args: argparse.Namespace, config_dir: Path = CONFIG_DIR
     requests = None
     if args.requests is not None:
         try:
-            requests = RequestSequence.load(args.requests, config["n_tasks"])
+            requests = read_requests(args.requests, config["n_tasks"])
         except InvalidRequestSequence as err:
             raise InvalidRequestSequence(f"--requests {err}") from None
         # The replayed sequence decides N_u (records and reports group by it).

@@ -12,6 +12,11 @@ from pall_avalanche.catalog import (
     load,
 )
 
+#: The field's strategies, whose sizes are their own (CLPU-DER++'s side networks, HAT's
+#: embeddings, UnCLe's hypernetwork) or, for the Amnesiac learners, d.
+FIELD_MODULES = {f"pall_avalanche.strategies.{name}" for name in ("clpu", "hat", "uncle",
+                                                                  "amnesiac")}
+
 
 def test_every_catalog_entry_loads_and_agrees_with_its_code():
     from pall_avalanche.options import SELECTION_NAMES
@@ -23,7 +28,8 @@ def test_every_catalog_entry_loads_and_agrees_with_its_code():
         assert isinstance(strategy, type) and issubclass(strategy, UnlearningTemplate), name
         # Table 1's size symbol, declared by the catalog, against the class hierarchy
         size = (INDEPENDENT_SIZE if issubclass(strategy, Independent) else
-                SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else "d")
+                SUBNETWORK_SIZE if issubclass(strategy, SubnetworkStrategy) else
+                strategy.table_size if strategy.__module__ in FIELD_MODULES else "d")
         assert info.size == size == strategy.table_size, name
     for info in (*BENCHMARK_INFO.values(), *MODEL_INFO.values()):
         assert callable(load(getattr(info, "builder", None) or info.constructor)), info.name

@@ -1,5 +1,6 @@
 """Evaluation: the paper's metrics (pure functions), the measurement of every request as an
-Avalanche metric, and the log of request results the records are built from.
+Avalanche metric, the log of request results the records are built from, and the continual-
+unlearning field's metrics against reference runs.
 
 The names are loaded on first use, so reading records and writing reports
 (:mod:`pall_avalanche.evaluation.metrics`: numbers only) imports neither torch nor Avalanche.
@@ -21,6 +22,12 @@ _WHERE = {
     "balanced_accuracy": "measurement",
     "evaluate_tasks": "measurement",
     "learning_failed": "measurement",
+    "FIELD_METRICS": "field",
+    "FieldProbe": "references",
+    "ReferenceMetrics": "references",
+    "field_metrics": "field",
+    "linear_cka": "field",
+    "t_interval": "field",
     "METRIC_NAMES": "metrics",
     "compute_metrics": "metrics",
     "model_size_mb": "metrics",

@@ -40,22 +40,28 @@ class ReplayObjective:
 
     :param memory: the buffers.
     :param beta: weight of the logit (MSE) term; 0 gives plain experience replay.
+    :param ce_weight: weight of the CE term on buffer samples (1.0, every method's; 0: no CE
+        term and no draw for it, DER's objective, Buzzega et al. 2020, with ``beta`` > 0).
     """
 
-    def __init__(self, memory: EpisodicMemory, beta: float) -> None:
+    def __init__(self, memory: EpisodicMemory, beta: float, *, ce_weight: float = 1.0) -> None:
         if beta < 0:
             raise ValueError(f"beta={beta} must be >= 0")
         if beta and not memory.store_logits:
             raise ValueError(f"beta={beta} needs the stored logits; use store_logits=True")
+        if ce_weight < 0 or not (beta or ce_weight):
+            raise ValueError(f"ce_weight={ce_weight} is invalid with beta={beta}; it must be "
+                             ">= 0, and > 0 when beta is 0 (else nothing is replayed)")
         self.memory = memory
         self.beta = beta
+        self.ce_weight = ce_weight
 
     def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int
                     ) -> torch.Tensor:
         """Mean over τ in ``tasks`` of β·MSE(f(x'), z') on ``per_task`` samples of B^τ (over τ's
-        classes' logits) plus CE(f(x), y) on ``per_task`` others, each sample through its own
-        task's head, every mini-batch class-stratified (drawn in that order, as the paper's
-        reference does)."""
+        classes' logits) plus ``ce_weight``·CE(f(x), y) on ``per_task`` others (none drawn when
+        ``ce_weight`` is 0), each sample through its own task's head, every mini-batch
+        class-stratified (drawn in that order, as the paper's reference does)."""
         loss = None
         for task in tasks:
             x, y, z = self.memory.buffers[task]
@@ -65,9 +71,12 @@ class ReplayObjective:
                 term = self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
                                               columns(task, z[mse_index]))
                 loss = term if loss is None else loss + term
-            ce_index = self.memory.draw(task, per_task)
-            term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
-            loss = term if loss is None else loss + term
+            if self.ce_weight:
+                ce_index = self.memory.draw(task, per_task)
+                term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
+                if self.ce_weight != 1.0:
+                    term = self.ce_weight * term
+                loss = term if loss is None else loss + term
         return loss / len(tasks)
 
     def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pall_avalanche.catalog import INDEPENDENT_SIZE, SUBNETWORK_SIZE, method_label
+from pall_avalanche.catalog import (
+    CLPU_SIZE,
+    EMBEDDING_SIZE,
+    HYPERNETWORK_SIZE,
+    INDEPENDENT_SIZE,
+    SUBNETWORK_SIZE,
+    method_label,
+)
 from pall_avalanche.evaluation.metrics import METRIC_NAMES
 from pall_avalanche.files import write_text_atomic
 from pall_avalanche.reports.aggregate import (
@@ -114,7 +121,9 @@ _LATEX = {"↑": r"$\uparrow$", "↓": r"$\downarrow$", "±": r"$\pm$", "—": "
 
 
 #: Whole cells with a LaTeX form of their own (Table 1's symbolic model sizes).
-_LATEX_CELLS = {SUBNETWORK_SIZE: r"$d + M_i$", INDEPENDENT_SIZE: r"$d \times |\Omega_i|$"}
+_LATEX_CELLS = {SUBNETWORK_SIZE: r"$d + M_i$", INDEPENDENT_SIZE: r"$d \times |\Omega_i|$",
+                CLPU_SIZE: r"$d \times (1 + |\Omega_T|)$", EMBEDDING_SIZE: r"$d + E_i$",
+                HYPERNETWORK_SIZE: r"$h + E_i$"}
 
 
 def _latex_escape(text: str) -> str:

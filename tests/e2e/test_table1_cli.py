@@ -102,6 +102,14 @@ def test_requests_file_is_replayed_for_every_seed(tmp_path, capsys):
                            "--report-dir", str(tmp_path / "rep"), *FAST], capsys)
     assert code == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == before
+    # the same sequence written out, in this project's form (UnCLe's commas) and in CLPU's
+    # notation, is the same run: every record reused
+    for text in ("L0,L1,U0,L2", "clpu:T0 T1 F0 T2"):
+        code, _, _ = run_main(["--methods", "sequential", "--seeds", "3", "4", "--requests",
+                               text, "--out", str(tmp_path / "out"),
+                               "--report-dir", str(tmp_path / "rep"), *FAST], capsys)
+        assert code == 0
+        assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.json")} == before
 
 
 NO_CUDA = pytest.mark.skipif(
@@ -115,6 +123,10 @@ NO_CUDA = pytest.mark.skipif(
     (["--benchmark", "mnist"], "--benchmark mnist: unknown benchmark; valid: digits, cifar10, "),
     (["--requests", "<BAD>"], "request 2 (U1): task 1 is unlearned before it was learned"),
     (["--requests", "<EMPTY>"], "--requests <EMPTY>: the list holds no request"),
+    (["--requests", "clpu:R0 F0"], "--requests request 2 (U0): task 0 is permanent since "
+                                   "request 1; a permanent task cannot be unlearned"),
+    (["--requests", "missing.json"], "--requests missing.json: no such file, and not a "
+                                     "sequence such as 'L0 L1 U0'"),
     (["--n-unlearn", "9"], "n_unlearn=9 is invalid for 'sequential': at most n_tasks=5"),
     (["--set", "shadow_task=1"], "shadow_task and shadow_seed go together: set both"),
     (["--set", "shadow_task=7", "--set", "shadow_seed=0"],

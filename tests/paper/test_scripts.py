@@ -98,6 +98,7 @@ SCRIPTS = {
     "table_scalability": ["--methods", "sequential,pall", "--n-unlearn-grid", "2"],
     "table_timing": ["--methods", "sequential,pall"],
     "table_worst_case": ["--methods", "sequential,pall"],
+    "table_field": ["--methods", "sequential,clpu_derpp"],
 }
 
 
@@ -150,6 +151,32 @@ def test_scalability_runs_pall_with_ten_retraining_steps(tmp_path):
         assert records["pall"]["config"]["n_retrain_iters"] == expected
         assert records["derpp"]["config"]["n_retrain_iters"] == (5 if extra[:1] == [
             "--n-retrain-iters"] else 50)
+
+
+def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
+    audit = tmp_path / "audit.csv"
+    pd.DataFrame({"method": ["clpu_derpp"], "verdict": ["no leak found"]}).to_csv(audit)
+    module = _script("table_field")
+    module.main([*TINY, "--methods", "independent,clpu_derpp", "--unlearnable-age", "1",
+                 "--audit-report", str(audit), "--out", str(tmp_path / "res"),
+                 "--report-dir", str(tmp_path)])
+    frame = pd.read_csv(tmp_path / "table_field_digits.csv")
+    assert list(zip(frame["point"], frame["method"], strict=True)) == [
+        ("paper", "independent"), ("paper", "clpu_derpp"), ("CLPU", "independent"),
+        ("CLPU", "clpu_derpp")]
+    # both delete the unlearned task's network: its features are the retrained reference's
+    paper = frame[frame["point"] == "paper"]
+    assert (paper["dd_euclidean_mean"].abs() < 1e-4).all() and (paper["dd_cka_mean"] < 1e-6).all()
+    assert list(frame["audit_verdict"].fillna("")) == ["", "no leak found", "",
+                                                       "no leak found"]
+    markdown = (tmp_path / "table_field_digits.md").read_text()
+    for column in ("DD eucl.", "1 − CKA", "AG", "ToW", "Size (MB)", "s / request", "Audit"):
+        assert f" {column} |" in markdown
+    # three records per method, protocol and seed: the run and its two references
+    records = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("seed0.json")]
+    assert len(records) == 2 * 2 * 3 and all("probe" in r for r in records)
+    with pytest.raises(ValueError, match="--unlearnable-age 5 is invalid; valid: 1 .. 4"):
+        module.main([*TINY, "--unlearnable-age", "5", "--out", str(tmp_path / "res")])
 
 
 def test_closing_summary_counts_runs_and_names_the_best():

@@ -64,17 +64,25 @@ def test_no_negative_zero_and_metrics_in_math_mode():
 
 @pytest.mark.parametrize("method", BUILT_IN_METHODS)
 def test_a_methods_size_symbol_says_how_its_measured_size_grows(method):
-    # Table 1's symbol is checked against what the strategy measures with 1 and 5 active
-    # tasks: d stays put, d + M_i adds mask bits per task, d × |Ω_i| adds a model per task
+    # Table 1's symbol is checked against what the strategy measures with 1, 2 and 5 active
+    # tasks: d stays put, d + M_i adds mask bits per task, d × |Ω_i| adds a model per task,
+    # d × (1 + |Ω_T|) one beside the main model per (temporary) task, d + E_i and h + E_i a
+    # fixed number of floats (an embedding) per task
     strategy, _, _ = make_strategy(method, measured=False)
-    (floats_1, bits_1), (floats_5, bits_5) = (strategy.inference_size(n) for n in (1, 5))
+    (floats_1, bits_1), (floats_2, _), (floats_5, bits_5) = (
+        strategy.inference_size(n) for n in (1, 2, 5))
     symbol = report.model_size_symbol(method)
     if symbol == "d":
         assert (floats_1, bits_1) == (floats_5, bits_5) and bits_1 == 0
     elif symbol == "d + M_i":
         assert floats_1 == floats_5 and bits_1 > 0 and bits_5 == 5 * bits_1
+    elif symbol == "d × |Ω_i|":
+        assert floats_5 == 5 * floats_1 and bits_5 == bits_1 == 0
+    elif symbol == "d × (1 + |Ω_T|)":
+        assert floats_5 == 3 * floats_1 and bits_5 == bits_1 == 0
     else:
-        assert symbol == "d × |Ω_i|" and floats_5 == 5 * floats_1 and bits_5 == bits_1 == 0
+        assert symbol in ("d + E_i", "h + E_i") and bits_5 == bits_1 == 0
+        assert floats_5 - floats_1 == 4 * (floats_2 - floats_1) > 0
 
 
 def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_path):

@@ -1,0 +1,153 @@
+"""The continual-unlearning field's metrics against reference runs (docs/fidelity.md, "The
+field"), as pure functions of records (numbers only; the probe that stores what they need in
+a run's record and the Avalanche metric are in :mod:`pall_avalanche.evaluation.references`).
+
+Two reference runs of the same method and seed (ordinary records, launched by
+``benchmarks/table_field.py``): the *retrained* reference receives the request sequence
+without any request of the unlearned tasks (the oracle), the *never-unlearned* reference the
+sequence without its unlearning requests. Against them (final models):
+
+- **feature distance** (CLArena's ``cul_dd``): on the test inputs of every unlearned task t,
+  through t's route (its head, mask or network) in both models, the backbone features of the
+  unlearned model F and of the retrained reference G: euclidean, the mean over inputs of
+  ‖F_i − G_i‖₂; cosine, the mean of 1 − cos(F_i, G_i); and 1 − linear CKA(F, G) (Kornblith et
+  al., 2019: with centred columns, CKA = ‖GᵀF‖²_F / (‖FᵀF‖_F ‖GᵀG‖_F)); the mean over the
+  unlearned tasks. 0 when the unlearned model computes what the retrained one does.
+- **accuracy gain** (CLArena's ``cul_ag``): the mean over the remaining tasks of the final test
+  accuracy minus the never-unlearned reference's (percentage points): what unlearning cost (or
+  gave) the tasks that stay.
+- **ToW** (tug-of-war, Zhao et al., "What makes unlearning hard", RUM
+  ``surgical_plugins/analysis.py``): (1 − |a_f − a_f′|)(1 − |a_r − a_r′|)(1 − |a_t − a_t′|),
+  accuracies in [0, 1] of the unlearned model and (primed) of the retrained reference on the
+  forget set (the unlearned tasks' training data), the retain set (the remaining tasks'
+  training data) and the test set (the test data of every learned task); 1 when the two
+  agree everywhere. Over seeds: the mean with a 95 % Student-t interval
+  (:func:`t_interval`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FIELD_METRICS", "accuracy_gain", "feature_distance", "field_metrics", "linear_cka",
+           "t_interval", "tug_of_war"]
+
+#: The field's metrics of a run (name → what it is), in table order.
+FIELD_METRICS = {
+    "dd_euclidean": "feature distance to the retrained reference, euclidean",
+    "dd_cosine": "feature distance to the retrained reference, cosine",
+    "dd_cka": "feature distance to the retrained reference, 1 - linear CKA",
+    "accuracy_gain": "A_l minus the never-unlearned reference's, on the remaining tasks",
+    "tow": "tug-of-war against the retrained reference",
+}
+
+
+def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA of two feature matrices over the same n inputs (rows): with centred
+    columns, ‖YᵀX‖²_F / (‖XᵀX‖_F ‖YᵀY‖_F) (Kornblith et al., 2019); 1 for X with itself, near
+    0 for independent ones; 0 when either is constant."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+        raise ValueError(f"CKA needs two matrices with the same rows, got {x.shape} and "
+                         f"{y.shape}")
+    x = x - x.mean(axis=0)
+    y = y - y.mean(axis=0)
+    denominator = np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)
+    return float(np.linalg.norm(y.T @ x) ** 2 / denominator) if denominator else 0.0
+
+
+def feature_distance(features: np.ndarray, reference: np.ndarray, kind: str) -> float:
+    """The distance of ``features`` to ``reference`` (n × d each, the same inputs in the same
+    order): ``euclidean`` (mean ‖F_i − G_i‖₂), ``cosine`` (mean 1 − cos(F_i, G_i); a zero row
+    counts as orthogonal) or ``cka`` (1 − :func:`linear_cka`)."""
+    f = np.asarray(features, dtype=np.float64)
+    g = np.asarray(reference, dtype=np.float64)
+    if f.shape != g.shape:
+        raise ValueError(f"features of shape {f.shape} and {g.shape} are not of the same inputs")
+    if kind == "euclidean":
+        return float(np.linalg.norm(f - g, axis=1).mean())
+    if kind == "cosine":
+        norms = np.linalg.norm(f, axis=1) * np.linalg.norm(g, axis=1)
+        cosine = np.divide((f * g).sum(axis=1), norms, out=np.zeros(len(f)), where=norms > 0)
+        return float((1 - cosine).mean())
+    if kind == "cka":
+        return 1.0 - linear_cka(f, g)
+    raise ValueError(f"unknown feature distance {kind!r}; valid: euclidean, cosine, cka")
+
+
+def accuracy_gain(accuracy: Sequence[float], reference: Sequence[float],
+                  tasks: Sequence[int]) -> float | None:
+    """The mean over ``tasks`` (the remaining ones) of ``accuracy[t] − reference[t]`` (final
+    test accuracies, percent); ``None`` without tasks."""
+    if not tasks:
+        return None
+    return float(np.mean([accuracy[t] - reference[t] for t in tasks]))
+
+
+def tug_of_war(accuracies: Mapping[str, float], reference: Mapping[str, float]) -> float:
+    """Π over the sets ``forget``, ``retain`` and ``test`` of 1 − |a − a′| (accuracies in
+    [0, 1]); a set missing from either side (no retained task) is left out of the product."""
+    out = 1.0
+    for name in ("forget", "retain", "test"):
+        if accuracies.get(name) is not None and reference.get(name) is not None:
+            out *= 1.0 - abs(accuracies[name] - reference[name])
+    return out
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95
+               ) -> tuple[float, float, float] | None:
+    """(mean, low, high): the mean of ``values`` with its two-sided Student-t interval
+    (n − 1 degrees of freedom; the mean alone, low = high = mean, for one value); ``None``
+    for none."""
+    values = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not values:
+        return None
+    mean = float(np.mean(values))
+    if len(values) == 1:
+        return mean, mean, mean
+    from scipy import stats  # scipy: only where an interval is computed
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
+                 * np.std(values, ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+def _sets(probe: Mapping[str, Any], unlearned: Sequence[int], remaining: Sequence[int]
+          ) -> dict[str, float | None]:
+    """The forget, retain and test accuracies (fractions) of a probe, sample-weighted."""
+    def pooled(kind: str, tasks: Sequence[int]) -> float | None:
+        if not tasks:
+            return None
+        correct = sum(probe[kind][str(t)]["correct"] for t in tasks)
+        return correct / sum(probe[kind][str(t)]["n"] for t in tasks)
+
+    return {"forget": pooled("train", unlearned), "retain": pooled("train", remaining),
+            "test": pooled("test", [*remaining, *unlearned])}
+
+
+def field_metrics(record: Mapping[str, Any], retrained: Mapping[str, Any],
+                  never_unlearned: Mapping[str, Any]) -> dict[str, float | None]:
+    """The field's metrics (:data:`FIELD_METRICS`) of a run's ``record`` from its reference
+    records (each with the ``probe`` of
+    :class:`~pall_avalanche.evaluation.references.FieldProbe`); ``None`` where undefined (no
+    unlearned task: no distance, no ToW)."""
+    requests = record["requests"]
+    unlearned = [r["task"] for r in requests if r["kind"] == "unlearn"]
+    remaining = sorted({r["task"] for r in requests if r["kind"] == "learn"} - set(unlearned))
+    out: dict[str, float | None] = dict.fromkeys(FIELD_METRICS)
+    out["accuracy_gain"] = accuracy_gain(record["accuracy"][-1],
+                                         never_unlearned["accuracy"][-1], remaining)
+    if unlearned:
+        probe, reference = record["probe"], retrained["probe"]
+        for kind in ("euclidean", "cosine", "cka"):
+            out[f"dd_{kind}"] = float(np.mean([
+                feature_distance(probe["features"][str(t)], reference["features"][str(t)], kind)
+                for t in unlearned]))
+        out["tow"] = tug_of_war(_sets(probe, unlearned, remaining),
+                                _sets(reference, unlearned, remaining))
+    return out

@@ -1,0 +1,159 @@
+"""The continual-unlearning field in one table: the paper's methods and CLPU-DER++, the
+Amnesiac baselines, HAT, Amnesiac HAT and UnCLe on one protocol, with the field's metrics.
+
+    python benchmarks/table_field.py                        # digits, every method
+    python benchmarks/table_field.py --benchmark cifar10 --device cuda --jobs 2
+    python benchmarks/table_field.py --audit-report reports/audit_digits.csv
+
+Two protocols (docs/fidelity.md, "The field"): the paper's (every task temporary, N_u
+unlearning requests drawn per seed) and CLPU's (``--unlearnable-age N``: a task becomes
+permanent N learning requests after its own, CLArena's ``unlearnable_age``; the same draws
+from fewer positions). For every method, protocol and seed the script runs three ordinary
+records (reused, ``--jobs``): the run itself, the retrained reference (the sequence without
+any request of the unlearned tasks) and the never-unlearned reference (without the unlearning
+requests). Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned
+tasks' backbone features to the retrained reference (euclidean, cosine, 1 − linear CKA), the
+accuracy gain of the remaining tasks over the never-unlearned reference, ToW against the
+retrained reference with its 95 % t-interval over seeds, the final inference model size, the
+mean time per request, the exactness the method is registered with and, given an audit report
+(``benchmarks/audit.py``'s CSV), the audit's verdict. PALL runs at α = 1/T. Writes
+table_field_<benchmark>.{md,csv,tex} beside the records (--out) or into --report-dir.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHODS
+from pall_avalanche.cli import main_guard, run_options
+from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics, t_interval
+from pall_avalanche.paper.kit import finish_report, script_parser, start_script
+from pall_avalanche.reports import format_mean_std, summary_frame
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.spec import plan, probe_modules
+from pall_avalanche.runs.wandb_logging import default_group
+
+NAME = "table_field"
+#: The protocols' labels.
+PAPER, CLPU = "paper", "CLPU"
+
+
+def _references(sequence: RequestSequence) -> tuple[RequestSequence, RequestSequence]:
+    """(retrained, never unlearned): ``sequence`` without any request of its unlearned tasks,
+    and without its unlearning requests."""
+    return (sequence.without_tasks(sequence.unlearned_tasks),
+            RequestSequence([r for r in sequence if not r.is_unlearn], sequence.n_tasks))
+
+
+def _verdicts(path: str | None) -> dict[str, str]:
+    """method → the audit's verdict, from an audit report's CSV (empty without one)."""
+    if path is None:
+        return {}
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as err:
+        raise ValueError(f"--audit-report {path}: cannot read it ({err.strerror})") from None
+    if not rows or not {"method", "verdict"} <= set(rows[0]):
+        raise ValueError(f"--audit-report {path}: not an audit report's CSV (it needs the "
+                         "columns method and verdict; benchmarks/audit.py writes one)")
+    return {row["method"]: row["verdict"] for row in rows}
+
+
+def main(argv=None) -> str:
+    parser = script_parser(__doc__, name=NAME,
+                           default_methods=(*TABLE1_METHODS, *ABLATION_METHODS, *FIELD_METHODS))
+    parser.add_argument("--unlearnable-age", type=int, default=2, metavar="N",
+                        help="the CLPU protocol's age N: a task becomes permanent N learning "
+                             "requests after its own (1 .. n_tasks - 1; default 2)")
+    parser.add_argument("--audit-report", metavar="CSV",
+                        help="an exactness audit's CSV (benchmarks/audit.py) whose verdicts "
+                             "fill the audit column")
+    run = start_script(parser, argv, script=f"benchmarks/{NAME}.py")
+    age = run.args.unlearnable_age
+    if not 1 <= age < run.n_tasks:
+        raise ValueError(f"--unlearnable-age {age} is invalid; valid: 1 .. {run.n_tasks - 1} "
+                         f"(n_tasks is {run.n_tasks})")
+    verdicts = _verdicts(run.args.audit_report)
+    run.default("alpha", 1 / run.n_tasks)
+    from pall_avalanche.evaluation.references import FieldProbe  # torch: once something runs
+    from pall_avalanche.runs.batch import run_specs
+
+    modules = probe_modules(FieldProbe)
+    triples = []
+    for label, overrides in ((PAPER, []), (CLPU, [("unlearnable_age", age)])):
+        for spec in plan(run.methods, run.seeds, run.config, overrides=overrides,
+                         requests=run.requests, modules=modules):
+            retrained, never = (
+                plan([spec.method], [spec.seed], run.config, overrides=overrides,
+                     requests=sequence, modules=modules)[0]
+                for sequence in _references(spec.sequence))
+            triples.append((label, spec, retrained, never))
+    unique = list(dict.fromkeys(s for _, *specs in triples for s in specs))
+    options = {**run_options(run.args), "checkpoints": False}
+    computed = dict(zip(unique, run_specs(unique, run.args.out, group=default_group(run.config),
+                                          stats=run.stats, probe=FieldProbe, **options),
+                        strict=True))
+    records = [{**computed[spec], "point": label,
+                "field": field_metrics(computed[spec], computed[retrained], computed[never])}
+               for label, spec, retrained, never in triples]
+    extra = {name: (lambda r, name=name: r["field"][name]) for name in FIELD_METRICS}
+    extra["request_seconds"] = lambda r: float(np.mean(
+        [t["seconds"] for t in r["timings"]["per_request"]]))
+    frame = summary_frame(records, ("point", "method"), extra=extra)
+    intervals = [t_interval([r["field"]["tow"] for r in records
+                             if (r["point"], r["method"]) == (row.point, row.method)])
+                 for row in frame.itertuples()]
+    frame["tow_low"] = [None if i is None else i[1] for i in intervals]
+    frame["tow_high"] = [None if i is None else i[2] for i in intervals]
+    frame["audit_verdict"] = [verdicts.get(m, "") for m in frame["method"]]
+    return finish_report(
+        run, records, name=NAME, numbers=frame, cells=_cells(frame, bool(verdicts)),
+        title=f"The continual-unlearning field ({run.config['benchmark']}, T={run.n_tasks})",
+        notes=[f"Protocols: {PAPER} (every task temporary) and {CLPU} (unlearnable_age = "
+               f"{age}); per method, protocol and seed a retrained and a never-unlearned "
+               "reference run (docs/fidelity.md, \"The field\")",
+               f"PALL α = {run.config['alpha']:g}; mean ± std over seeds; ToW mean [95 % "
+               "t-interval]; DD: feature distance of the unlearned tasks' backbone features "
+               "to the retrained reference; AG: accuracy gain of the remaining tasks over the "
+               "never-unlearned reference (points)"])
+
+
+def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:
+    """The formatted table: one row per protocol and method."""
+    def mean_std(name: str, digits: int = 2) -> list[str]:
+        return [format_mean_std(row[f"{name}_mean"], row[f"{name}_std"], digits)
+                for _, row in frame.iterrows()]
+
+    def tow(row) -> str:
+        if pd.isna(row["tow_mean"]):
+            return "—"
+        return f"{row['tow_mean']:.3f} [{row['tow_low']:.3f}, {row['tow_high']:.3f}]"
+
+    cells = pd.DataFrame({
+        "Protocol": frame["point"], "Method": frame["label"],
+        "A_l": mean_std("A_l"),
+        "A_u": mean_std("A_u"),
+        "F_l": mean_std("F_l"), "F_u": mean_std("F_u"),
+        "DD eucl.": mean_std("dd_euclidean", 3), "DD cos.": mean_std("dd_cosine", 3),
+        "1 − CKA": mean_std("dd_cka", 3), "AG": mean_std("accuracy_gain"),
+        "ToW": [tow(row) for _, row in frame.iterrows()],
+        "Size (MB)": [f"{v:.3f}" for v in frame["model_size_mb"]],
+        "s / request": mean_std("request_seconds"),
+        "Exact (registered)": ["yes" if e else "no" for e in frame["exact"]],
+    })
+    if audited:
+        cells["Audit"] = [v or "not audited" for v in frame["audit_verdict"]]
+    return cells
+
+
+def cli(argv=None) -> None:
+    main_guard(main, argv, prog=Path(__file__).name)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,103 @@
+"""The field's metrics against reference runs: by hand on small fixed inputs, and the live
+Avalanche metric against the same computation from records."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import FAST_CONFIG
+
+from pall_avalanche.data import build_benchmark
+from pall_avalanche.evaluation.field import (
+    accuracy_gain,
+    feature_distance,
+    field_metrics,
+    linear_cka,
+    t_interval,
+    tug_of_war,
+)
+from pall_avalanche.evaluation.references import FieldProbe, ReferenceMetrics
+from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs import run_record
+
+
+def test_linear_cka_by_hand():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 4))
+    assert linear_cka(x, x) == pytest.approx(1.0)
+    rotation, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    assert linear_cka(x, 3.0 * x @ rotation + 5.0) == pytest.approx(1.0)   # invariances
+    assert linear_cka(x, rng.normal(size=(2000, 4))) < 0.02                 # independent
+    # one column each: CKA is the squared correlation of the centred columns
+    a, b = np.array([[1.0], [2.0], [3.0], [6.0]]), np.array([[1.0], [0.0], [2.0], [1.0]])
+    ac, bc = a[:, 0] - a.mean(), b[:, 0] - b.mean()
+    assert linear_cka(a, b) == pytest.approx((ac @ bc) ** 2 / ((ac @ ac) * (bc @ bc)))
+    assert linear_cka(a, np.ones((4, 1))) == 0.0
+
+
+def test_feature_distances_by_hand():
+    f = np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 0.0]])
+    g = np.array([[0.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    assert feature_distance(f, g, "euclidean") == pytest.approx((5 + math.sqrt(5) + math.sqrt(2))
+                                                                / 3)
+    # rows: a zero row counts as orthogonal (cosine 0), [1, 0]·[0, 2] = 0
+    assert feature_distance(f, g, "cosine") == pytest.approx(1.0)
+    assert feature_distance(f, 2 * f, "cosine") == pytest.approx(1 - 2 / 3)  # zero row: 1
+    assert feature_distance(f, f, "cka") == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="unknown feature distance 'l1'"):
+        feature_distance(f, g, "l1")
+
+
+def test_accuracy_gain_tow_and_interval_by_hand():
+    assert accuracy_gain([90, 40, 80], [85, 95, 70], [0, 2]) == pytest.approx(7.5)
+    assert accuracy_gain([90], [85], []) is None
+    assert tug_of_war({"forget": 0.5, "retain": 0.9, "test": 0.8},
+                      {"forget": 0.55, "retain": 1.0, "test": 0.8}) == pytest.approx(0.95 * 0.9)
+    mean, low, high = t_interval([1.0, 2.0, 4.0])
+    half = 4.302652729911275 * np.std([1, 2, 4], ddof=1) / math.sqrt(3)   # t_{0.975, 2}
+    assert (mean, low, high) == pytest.approx((7 / 3, 7 / 3 - half, 7 / 3 + half))
+    assert t_interval([2.0]) == (2.0, 2.0, 2.0) and t_interval([]) is None
+
+
+def _probe(features: dict, train: dict, test: dict) -> dict:
+    return {"features": {str(t): f for t, f in features.items()},
+            "train": {str(t): {"correct": c, "n": 10} for t, c in train.items()},
+            "test": {str(t): {"correct": c, "n": 10} for t, c in test.items()}}
+
+
+def test_field_metrics_of_records_by_hand():
+    requests = RequestSequence.parse("L0 L1 L2 U1", 3).to_list()
+    record = {"requests": requests, "accuracy": [[0, 0, 0], [90.0, 60.0, 80.0]],
+              "probe": _probe({1: [[1.0, 0.0], [0.0, 1.0]]}, {0: 9, 1: 6, 2: 8},
+                              {0: 9, 1: 5, 2: 8})}
+    retrained = {"accuracy": [[0, 0, 0], [88.0, 50.0, 84.0]],
+                 "probe": _probe({1: [[1.0, 0.0], [0.0, 3.0]]}, {0: 10, 1: 5, 2: 8},
+                                 {0: 9, 1: 5, 2: 7})}
+    never = {"accuracy": [[0, 0, 0], [92.0, 95.0, 79.0]]}
+    out = field_metrics(record, retrained, never)
+    assert out["accuracy_gain"] == pytest.approx(((90 - 92) + (80 - 79)) / 2)
+    assert out["dd_euclidean"] == pytest.approx(1.0)         # rows 0 and 2 apart, mean 1
+    assert out["dd_cosine"] == pytest.approx(0.0)
+    # forget 6/10 vs 5/10, retain 17/20 vs 18/20, test 22/30 vs 21/30
+    assert out["tow"] == pytest.approx(0.9 * 0.95 * (1 - 1 / 30))
+    no_unlearning = {**record, "requests": RequestSequence.parse("L0 L1 L2", 3).to_list()}
+    assert field_metrics(no_unlearning, retrained, never)["tow"] is None
+
+
+def test_the_avalanche_metric_reports_what_the_records_give():
+    config = {**FAST_CONFIG, "epochs": 1, "train_per_task": 40, "n_tasks": 5}
+    requests = RequestSequence.parse("L0 L1 L2 U1", 5)
+    retrained = run_record("independent", 0, config, requests=requests.without_tasks([1]),
+                           probe=FieldProbe)
+    never = run_record("independent", 0, config, requests=RequestSequence.parse("L0 L1 L2", 5),
+                       probe=FieldProbe)
+    benchmark = build_benchmark("digits", seed=0, n_tasks=5, train_per_task=40)
+    metric = ReferenceMetrics(benchmark, retrained, never)
+    record = run_record("independent", 0, config, requests=requests, probe=FieldProbe,
+                        plugins=[metric])
+    expected = field_metrics(record, retrained, never)
+    assert metric.result() == pytest.approx(expected)
+    # Independent deletes task 1's model: task 1 runs through the one never-trained model in
+    # both, so its features are those of the retrained reference
+    assert expected["dd_euclidean"] == pytest.approx(0.0, abs=1e-4)
+    assert expected["dd_cka"] == pytest.approx(0.0, abs=1e-6)
