@@ -13,10 +13,11 @@ from helpers import TINY_VIT, make_strategy, predictions, seq, snapshot
 from torch import nn
 from torch.nn import functional as F
 
+from pall_avalanche.masks.attention import HATNet, attention_regulariser
 from pall_avalanche.models import TaskIncrementalNet, build_model
 from pall_avalanche.requests.streams import RequestStream, UnlearnExperience
 from pall_avalanche.strategies import UnlearningPlugin, make_optimizer
-from pall_avalanche.strategies.hat import HAT, AmnesiacHAT, HATNet, attention_regulariser
+from pall_avalanche.strategies.hat import HAT, AmnesiacHAT
 
 S_MAX, WD = 400.0, 5e-4
 

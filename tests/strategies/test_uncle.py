@@ -22,10 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.models.hypernetwork import ChunkedHypernetwork, GeneratedNetwork
 from pall_avalanche.requests.streams import UnlearnExperience
 from pall_avalanche.strategies.uncle import (
-    ChunkedHypernetwork,
-    GeneratedNetwork,
     UnCLe,
     noise_objective,
     parse_widths,
