@@ -46,7 +46,7 @@ from pall_avalanche.models.multihead import (
 __all__ = ["MultiHeadNet", "TaskIncrementalRequired", "adapt_model", "task_network"]
 
 #: Where a reader finds how to build a task-incremental set-up.
-_SEE = "see the README, 'Using the strategies in Avalanche code'"
+_SEE = "see docs/tutorials/avalanche.md, 'PALL in your own Avalanche script'"
 
 
 class TaskIncrementalRequired(ValueError):
