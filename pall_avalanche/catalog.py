@@ -124,6 +124,7 @@ class MethodInfo:
 
     @property
     def where(self) -> str:
+        """Where the strategy's code is: its import path or qualified name."""
         return _where(self.strategy)
 
 
@@ -298,6 +299,7 @@ class BenchmarkInfo:
 
     @property
     def where(self) -> str:
+        """Where the builder's code is: its import path or qualified name."""
         return _where(self.builder)
 
     def valid_n_tasks(self) -> list[int]:
@@ -358,6 +360,7 @@ class ModelInfo:
 
     @property
     def where(self) -> str:
+        """Where the constructor's code is: its import path or qualified name."""
         return _where(self.constructor)
 
 

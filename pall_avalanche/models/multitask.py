@@ -143,6 +143,7 @@ class MultiHeadNet(MultiTaskModule):
                 yield self._qualified(name), module
 
     def has_head(self, task: int) -> bool:
+        """Whether task ``task``'s head exists (it is created when the task trains)."""
         return str(task) in self.classifier.classifiers
 
     def head(self, task: int) -> nn.Linear:

@@ -29,7 +29,9 @@ __all__ = [
     "generate_requests",
 ]
 
+#: The kind of a request that learns a task.
 LEARN: Literal["learn"] = "learn"
+#: The kind of a request that unlearns a task.
 UNLEARN: Literal["unlearn"] = "unlearn"
 #: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
 REQUEST_KINDS = (LEARN, UNLEARN)
@@ -59,9 +61,11 @@ class Request:
 
     @property
     def is_learn(self) -> bool:
+        """Whether the request learns its task."""
         return self.kind == LEARN
 
     def to_dict(self) -> dict:
+        """``{"kind": ..., "task": ...}``, the JSON form of a request."""
         return {"kind": self.kind, "task": self.task}
 
     def __str__(self) -> str:
@@ -147,6 +151,7 @@ class RequestSequence(Sequence[Request]):
         return [r.to_dict() for r in self._requests]
 
     def save(self, path: str | Path) -> None:
+        """Write the sequence as a JSON list (the format ``--requests`` reads)."""
         Path(path).write_text(json.dumps(self.to_list(), indent=1) + "\n")
 
     @classmethod
