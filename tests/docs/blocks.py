@@ -33,8 +33,9 @@ DOCS = ROOT / "docs"
 CHECKED_PAGES = sorted([*(DOCS / "tutorials").glob("*.md"), *(DOCS / "how-to").glob("*.md")])
 CODE_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
 KINDS = {"commands", "parse", "parse-only", "python", "e2e", "no"}
-#: The smallest settings of the end-to-end tests (tests/e2e/test_table1_cli.py).
-FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--quiet"]
+#: The smallest settings of the end-to-end tests (tests/e2e/test_table1_cli.py), in this
+#: process (worker processes would each import torch again; the records are the same).
+FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--quiet", "--jobs", "1"]
 
 _SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.M)
 _SECTION = re.compile(r"--8<-- \[(start|end):([a-z][-_0-9a-z]*)\]")
