@@ -17,6 +17,7 @@ commands import torch only once something trains), so the strict build takes sec
 from __future__ import annotations
 
 import argparse
+import html
 import importlib
 import re
 import sys
@@ -94,10 +95,15 @@ def _options(action: argparse.Action) -> str:
     return _code(f"{names} {metavar}")
 
 
+def _text(text: str) -> str:
+    """Plain help text as Markdown: ``<name>`` shown, not taken for HTML; ````x```` as code."""
+    return re.sub(r"``(.+?)``", r"`\1`", html.escape(text, quote=False))
+
+
 def _help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     if not action.help:
         return ""
-    return parser._get_formatter()._expand_help(action)   # %(default)s etc. as --help shows
+    return _text(parser._get_formatter()._expand_help(action))   # %(default)s as --help shows
 
 
 def _default(action: argparse.Action) -> str:
@@ -149,7 +155,8 @@ def commands_markdown(root: Path = ROOT) -> str:
             spellings.append(f"`python benchmarks/{stem}.py`")
         elif module.count(".") == 1 or module.endswith(".command"):
             spellings.append(f"`python -m {module.removesuffix('.command')}`")
-        description = (parser.description or "").strip()
+        raw_description = (parser.description or "").strip()
+        description = _text(raw_description)
         toc.append(f"| [`{command}`](#{command}) | {_cell(description)} |")
         lines = [f"## {command}", "", f"Run as {' or '.join(spellings)}; the code is "
                  f"`{entry}`.", ""]
@@ -167,7 +174,7 @@ def commands_markdown(root: Path = ROOT) -> str:
         if own:
             lines += [_option_table(parser, own), ""]
         epilog = (parser.epilog or "").strip()
-        if epilog and epilog != description:
+        if epilog and epilog != raw_description:
             lines += ['??? note "More from `--help`"', "", "    ```text"]
             lines += [f"    {line}".rstrip() for line in epilog.splitlines()]
             lines += ["    ```", ""]

@@ -33,9 +33,17 @@ DOCS = ROOT / "docs"
 CHECKED_PAGES = sorted([*(DOCS / "tutorials").glob("*.md"), *(DOCS / "how-to").glob("*.md")])
 CODE_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
 KINDS = {"commands", "parse", "parse-only", "python", "e2e", "no"}
-#: The smallest settings of the end-to-end tests (tests/e2e/test_table1_cli.py), in this
-#: process (worker processes would each import torch again; the records are the same).
-FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--quiet", "--jobs", "1"]
+#: The smallest settings of the end-to-end tests (tests/e2e/test_table1_cli.py): one epoch
+#: on 40 samples per task, one seed (at this scale a method may diverge on another seed, and
+#: refuse to write its record), in this process (worker processes would each import torch
+#: again; the records are the same).
+FAST = ["--set", "epochs=1", "--set", "train_per_task=40", "--seeds", "0", "--quiet",
+        "--jobs", "1"]
+
+#: A command's own smallest settings, after FAST: the audit needs two seeds for its intervals,
+#: four shadow runs per method and role, and enough permutations for its family of tests.
+SMALLEST = {"pall_avalanche.paper.audit": ["--seeds", "0", "1", "--shadows", "4",
+                                           "--permutations", "400"]}
 
 _SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.M)
 _SECTION = re.compile(r"--8<-- \[(start|end):([a-z][-_0-9a-z]*)\]")

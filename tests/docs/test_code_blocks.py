@@ -18,6 +18,7 @@ from blocks import (
     HOOK,
     KINDS,
     ROOT,
+    SMALLEST,
     Block,
     blocks,
     commands,
@@ -86,9 +87,9 @@ def run_command(argv: list[str], tmp: Path, *, fast: bool) -> None:
 
     entry, args = entry_point(argv)
     args = on_the_embedded_default(args, tmp, gpu=torch.cuda.is_available())
-    if _is_run_script(HOOK.capture_parser(entry)) and fast:
-        args = [*args, *FAST]
     module, _, function = entry.partition(":")
+    if _is_run_script(HOOK.capture_parser(entry)) and fast:
+        args = [*args, *FAST, *SMALLEST.get(module, [])]
     main = getattr(__import__(module, fromlist=[function]), function)
     with pytest.raises(SystemExit) as exit_info:
         main(args)
