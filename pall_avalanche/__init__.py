@@ -13,4 +13,7 @@ A file of such calls is loaded with ``--plugin FILE`` (or an installed package's
 
 from pall_avalanche.catalog import register_benchmark, register_method, register_model
 
-__all__ = ["register_benchmark", "register_method", "register_model"]
+__all__ = ["__version__", "register_benchmark", "register_method", "register_model"]
+
+#: The package's version, in one place (pyproject.toml reads it; CHANGELOG.md names it).
+__version__ = "0.1.0"

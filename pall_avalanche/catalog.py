@@ -135,6 +135,7 @@ class MethodInfo:
 
     @property
     def where(self) -> str:
+        """Where the strategy's code is: its import path or qualified name."""
         return _where(self.strategy)
 
 
@@ -229,7 +230,7 @@ register_method("independent", f"{_STRATEGIES}.independent:Independent", exact=T
                 label="Independent", size=INDEPENDENT_SIZE)
 register_method("pall", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL", params=_PALL,
                 optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE)
-# Strict PALL variants for the exactness audit (docs/fidelity.md; README "How exact is exact?").
+# Strict PALL variants for the exactness audit (docs/fidelity.md; docs/explanation/audit.md).
 register_method("pall_beta0", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL (β=0)",
                 params=_PALL, optional=_PALL_OPTIONS, config={"beta": 0.0},
                 size=SUBNETWORK_SIZE)
@@ -343,6 +344,7 @@ class BenchmarkInfo:
 
     @property
     def where(self) -> str:
+        """Where the builder's code is: its import path or qualified name."""
         return _where(self.builder)
 
     def valid_n_tasks(self) -> list[int]:
@@ -403,6 +405,7 @@ class ModelInfo:
 
     @property
     def where(self) -> str:
+        """Where the constructor's code is: its import path or qualified name."""
         return _where(self.constructor)
 
 

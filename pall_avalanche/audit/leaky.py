@@ -1,5 +1,5 @@
 """Audit-only PALL variants that leak a known part of D^t: the audit's positive control and
-its dose-response (README, "How exact is exact?").
+its dose-response (docs/explanation/audit.md, "How exact is exact?").
 
 An audit that finds nothing says something only if it would have found a leak of a known
 size. :class:`LeakyPALL` is PALL whose unlearning of t deliberately keeps one thing trained

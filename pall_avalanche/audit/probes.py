@@ -153,6 +153,9 @@ class ShadowProbe:
         self.plugins: list = [self.exposure]
 
     def finish(self, strategy, benchmark) -> dict[str, Any]:
+        """What a shadow run records at its end: the final model's logits on the audit
+        targets, which of them were members, and the margins under their own heads of the
+        targets, the remaining tasks' training examples and every test set."""
         batch = strategy.eval_mb_size or strategy.train_mb_size
         others = [t for t in range(benchmark.split.n_tasks) if t != self.task]
 

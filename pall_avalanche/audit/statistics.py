@@ -150,6 +150,8 @@ def membership_aucs(output: Mapping[str, Any], task: int, classes_per_task: int
 
 
 def mean_js(a: Mapping[str, Any], b: Mapping[str, Any], classes_per_task: int) -> float:
+    """The mean Jensen-Shannon divergence between two models' head probabilities on the same
+    inputs (``a`` and ``b``: probe outputs with ``"logits"`` for ``"train"`` and ``"test"``)."""
     logits_a = np.concatenate([np.asarray(a[s]["logits"]) for s in ("train", "test")])
     logits_b = np.concatenate([np.asarray(b[s]["logits"]) for s in ("train", "test")])
     return float(js_divergence(head_probabilities(logits_a, classes_per_task),

@@ -81,6 +81,11 @@ def check_method(method: str, *, seed: int = 0) -> list[Check]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pall_avalanche.check_method NAME``: run the contract's checks on a
+    registered method, print one line per check and return 0 when all pass.
+
+    :raises RuntimeError: a check failed (the command exits 1).
+    """
     parser = Parser(prog="check_method", description=__doc__.split("\n\n")[0],
                     epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("method", help="the registered method to check")
@@ -103,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
+    """The command ``pall-check-method``: :func:`main` with one-line errors."""
     main_guard(main, argv, prog="check_method")
 
 

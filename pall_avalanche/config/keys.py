@@ -27,6 +27,7 @@ __all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "REQUIRED_KEYS", "KeySpec", "check_co
 #: digits record about one (:func:`pall_avalanche.runs.pool.resolve_jobs`).
 AUTO_MIN_RUNS = 16
 
+#: The keys every configuration must have once its benchmark's defaults are filled in.
 REQUIRED_KEYS = (
     "benchmark", "n_tasks", "model", "n_unlearn", "epochs", "batch_size", "eval_batch_size",
     "optimizer", "lr", "momentum", "weight_decay", "lr_schedule",

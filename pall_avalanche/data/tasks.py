@@ -45,6 +45,7 @@ class TaskSplit:
     shadow: dict | None = None
 
     def to_dict(self) -> dict:
+        """The split as plain data, as a record's ``split`` stores it."""
         shadow = {} if self.shadow is None else {"shadow": dict(self.shadow)}
         return {
             "name": self.name,

@@ -80,22 +80,28 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
 
     # learning requests
     def before_training_exp(self, strategy) -> None:
+        """A learning request starts: start timing it."""
         self.measurement.start(strategy)
 
     def before_training_epoch(self, strategy) -> None:
+        """An epoch of a learning request starts: start timing it."""
         self.measurement.start_epoch(strategy)
 
     def after_training_epoch(self, strategy) -> None:
+        """An epoch ends: keep its seconds."""
         self.measurement.end_epoch(strategy)
 
     def after_training_exp(self, strategy) -> list[MetricValue]:
+        """A learning request ends: measure it and emit the metric values."""
         return self._finish(strategy)
 
     # unlearning requests (events of the unlearning template, forwarded by the evaluator)
     def before_unlearning(self, strategy) -> None:
+        """An unlearning request starts: start timing it."""
         self.measurement.start(strategy)
 
     def after_unlearning(self, strategy) -> list[MetricValue]:
+        """An unlearning request ends: measure it and emit the metric values."""
         return self._finish(strategy)
 
     # requests making a task permanent (the CLPU protocol)

@@ -31,6 +31,7 @@ from pall_avalanche.requests import RequestSequence
 __all__ = ["METRIC_NAMES", "compute_metrics", "model_size_mb", "relapse", "relapse_summary",
            "summarize_metrics"]
 
+#: The per-run metrics, as records and reports name them.
 METRIC_NAMES = ("A_l", "A_u", "F_l", "F_u", "F_u_max")
 
 

@@ -27,6 +27,7 @@ class MaskSet:
 
     @classmethod
     def from_bool(cls, masks: Mapping[str, torch.Tensor]) -> MaskSet:
+        """Pack bool masks (tensor name → mask), 1 bit per entry."""
         packed = {name: torch.from_numpy(np.packbits(m.detach().reshape(-1).cpu().numpy()))
                   for name, m in masks.items()}
         return cls({n: m.shape for n, m in masks.items()}, packed)
@@ -38,6 +39,7 @@ class MaskSet:
 
     @classmethod
     def empty(cls, shapes: Mapping[str, torch.Size]) -> MaskSet:
+        """The mask set that keeps no entry of tensors of ``shapes``."""
         return cls(shapes, {n: torch.zeros((math.prod(s) + 7) // 8, dtype=torch.uint8)
                             for n, s in shapes.items()})
 
@@ -51,6 +53,7 @@ class MaskSet:
         return bits.view(torch.bool).reshape(-1)[:math.prod(shape)].reshape(shape)
 
     def bools(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """Every bool mask, unpacked on ``device`` (:meth:`to_bool`)."""
         return {name: self.to_bool(name, device) for name in self.shapes}
 
     def _combine(self, other: MaskSet, op) -> MaskSet:
@@ -88,6 +91,7 @@ class MaskSet:
 
     @staticmethod
     def union(sets: Iterable[MaskSet], shapes: Mapping[str, torch.Size]) -> MaskSet:
+        """The bitwise OR of ``sets`` (the empty set of ``shapes`` when there are none)."""
         out = MaskSet.empty(shapes)
         for s in sets:
             out = out | s

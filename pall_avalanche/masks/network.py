@@ -140,6 +140,7 @@ class SubnetworkNet(MultiTaskModule):
 
     # ------------------------------------------------------------------ parameters
     def weight(self, name: str) -> nn.Parameter:
+        """The maskable parameter ``name`` of the wrapped network."""
         return self.net.get_parameter(name)
 
     @property
@@ -158,6 +159,7 @@ class SubnetworkNet(MultiTaskModule):
                 if name in self.maskable}
 
     def named_weights(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every maskable parameter."""
         for name in self.maskable:
             yield name, self.weight(name)
 
@@ -219,6 +221,7 @@ class SubnetworkNet(MultiTaskModule):
         self.eligible = self.keep = None
 
     def set_mask(self, task: int, mask: MaskSet) -> None:
+        """Store ``mask`` as task ``task``'s mask."""
         self.masks[task] = mask
         self._cache.pop(task, None)
 

@@ -24,6 +24,7 @@ __all__ = ["HEAD", "QKV_SLICES", "THRESHOLD_METHODS", "by_slice", "draw_initial"
 #: Selection slices of a fused Q/K/V projection: W_Q, W_K and W_V.
 QKV_SLICES = 3
 
+#: The multi-head output layer's weight: not scored or masked (task t owns its rows).
 HEAD = "head.weight"
 
 

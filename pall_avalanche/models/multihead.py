@@ -194,6 +194,8 @@ class TaskIncrementalNet(MultiTaskModule):
 
     # ------------------------------------------------------------------ forward
     def features(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
+        """The backbone's features of ``x`` (a task-aware backbone also gets the task
+        labels)."""
         if getattr(self.backbone, "task_aware", False):
             return self.backbone(x, task_labels)
         return self.backbone(x)

@@ -46,7 +46,7 @@ from pall_avalanche.models.multihead import (
 __all__ = ["MultiHeadNet", "TaskIncrementalRequired", "adapt_model", "task_network"]
 
 #: Where a reader finds how to build a task-incremental set-up.
-_SEE = "see the README, 'Using the strategies in Avalanche code'"
+_SEE = "see docs/tutorials/avalanche.md, 'PALL in your own Avalanche script'"
 
 
 class TaskIncrementalRequired(ValueError):
@@ -143,6 +143,7 @@ class MultiHeadNet(MultiTaskModule):
                 yield self._qualified(name), module
 
     def has_head(self, task: int) -> bool:
+        """Whether task ``task``'s head exists (it is created when the task trains)."""
         return str(task) in self.classifier.classifiers
 
     def head(self, task: int) -> nn.Linear:

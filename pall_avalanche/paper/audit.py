@@ -191,11 +191,11 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-#: The committed audit's setting, chosen by measurement (README, "How exact is exact?"):
-#: digits' MLP with 20 training samples per task (a shadow run trains t on 10) and 50
-#: epochs of batch 8: every method learns t and memorises it, so the positive control is
-#: detected; buffers of 10 samples per task (half a task), so that the retained-set
-#: exposure has buffer members and others to compare.
+#: The committed audit's setting, chosen by measurement (docs/explanation/audit.md, "How
+#: exact is exact?"): digits' MLP with 20 training samples per task (a shadow run trains t
+#: on 10) and 50 epochs of batch 8: every method learns t and memorises it, so the positive
+#: control is detected; buffers of 10 samples per task (half a task), so that the
+#: retained-set exposure has buffer members and others to compare.
 POWERED = (("train_per_task", 20), ("epochs", 50), ("batch_size", 8), ("buffer_size", 50))
 #: The committed audit's seeds for Eq. 1 and shadow runs per method and role, and its
 #: permutations per test (77 tests of eleven audited methods reach adjusted p 0.0077: a

@@ -31,6 +31,7 @@ from pall_avalanche.reports.aggregate import (
     table1_frame,
 )
 
+#: Metric → the column header of the tables (arrows: which way is better).
 COLUMNS = {"A_l": "A_l ↑", "A_u": "A_u ↓", "F_l": "F_l ↓", "F_u": "F_u ↓",
            "F_u_max": "F_u^max ↓"}
 

@@ -36,8 +36,11 @@ __all__ = [
     "generate_requests",
 ]
 
+#: The kind of a request that learns a task.
 LEARN: Literal["learn"] = "learn"
+#: The kind of a request that unlearns a task.
 UNLEARN: Literal["unlearn"] = "unlearn"
+#: The kind of a request that makes a learned task permanent.
 MAKE_PERMANENT: Literal["make_permanent"] = "make_permanent"
 #: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
 REQUEST_KINDS = (LEARN, UNLEARN, MAKE_PERMANENT)
@@ -79,11 +82,12 @@ class Request:
 
     @property
     def is_learn(self) -> bool:
-        """A learning request, temporary or permanent."""
+        """Whether the request learns its task (temporarily or permanently)."""
         return self.kind == LEARN
 
     @property
     def is_unlearn(self) -> bool:
+        """Whether the request unlearns its task."""
         return self.kind == UNLEARN
 
     @property
@@ -93,6 +97,8 @@ class Request:
         return self.permanent or self.kind == MAKE_PERMANENT
 
     def to_dict(self) -> dict:
+        """``{"kind": ..., "task": ...}``, the JSON form of a request (a permanent learning
+        request adds ``"permanent": True``)."""
         out = {"kind": self.kind, "task": self.task}
         if self.permanent:
             out["permanent"] = True
@@ -192,6 +198,7 @@ class RequestSequence(Sequence[Request]):
         return [r.to_dict() for r in self._requests]
 
     def save(self, path: str | Path) -> None:
+        """Write the sequence as a JSON list (the format ``--requests`` reads)."""
         Path(path).write_text(json.dumps(self.to_list(), indent=1) + "\n")
 
     @classmethod

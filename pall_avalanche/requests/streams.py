@@ -59,10 +59,15 @@ class DatalessExperience(CLExperience):
 
     @property
     def task_labels(self) -> list[int]:
+        """The task to unlearn, as Avalanche's experiences list their task labels."""
         return [self._task]
 
     @property
     def dataset(self):
+        """An unlearning request carries no data: a strategy that reads it cannot unlearn.
+
+        :raises UnlearningNotSupportedError: always.
+        """
         raise UnlearningNotSupportedError(
             f"{self.action} for task {self._task} was handed to a strategy that cannot "
             "unlearn; use a strategy derived from pall_avalanche.strategies.UnlearningTemplate "

@@ -82,6 +82,10 @@ def unsaved_error(path: Path, record: dict, err: OSError) -> OSError:
 
 
 def check_format(path: Path, record: dict | None) -> None:
+    """Refuse a record (read from ``path``) of another format than :data:`RECORD_FORMAT`.
+
+    :raises ValueError: naming the file and both formats.
+    """
     if record is not None and record.get("format") != RECORD_FORMAT:
         raise ValueError(f"{path} has record format {record.get('format')!r}; this "
                          f"version writes format {RECORD_FORMAT}: use another --out")
@@ -115,6 +119,8 @@ def leftovers(path: Path) -> list[Path]:
 
 
 def has_leftovers(path: Path) -> bool:
+    """Whether the record ``path`` has a checkpoint or a killed run's temporaries beside it
+    (:func:`leftovers`)."""
     return checkpoint_path(path).exists() or bool(leftovers(path))
 
 

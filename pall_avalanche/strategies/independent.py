@@ -57,6 +57,7 @@ class IndependentModels(MultiTaskModule):
             avalanche_model_adaptation(self.task_models[str(self.adapting)], experience)
 
     def remove_task(self, task: int) -> None:
+        """Delete ``task``'s model (unlearning: it answers as the untrained one again)."""
         del self.task_models[str(task)]
 
     def model_for(self, task: int) -> nn.Module:

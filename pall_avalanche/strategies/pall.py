@@ -6,7 +6,7 @@ then frozen (no forgetting). Unlearning task t re-draws every entry trained with
 (m̄_t) from the initialisation distribution and retrains, from the remaining tasks' DER++
 buffers, only the re-drawn entries still used by a remaining task (θ̄), for N_f iterations.
 Every choice where the paper is silent or its reference differs is listed in docs/fidelity.md,
-"PALL"; see also the README, "How PALL is implemented".
+"PALL"; see also docs/explanation/pall.md, "How PALL is implemented".
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The README's Avalanche script runs as it stands: an Avalanche user's own benchmark
 generator, evaluator, TextLogger and StepLR scheduler with PALL dropped in; the logger shows
-the paper's metrics after every request and the learning rate that trains halves per epoch."""
+the paper's metrics after every request and the learning rate that trains halves per epoch.
+The Avalanche tutorial (docs/tutorials/avalanche.md) includes that block and adds Avalanche's
+multi-head example with PALL, which runs here too."""
 
 from __future__ import annotations
 
@@ -13,15 +15,21 @@ from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.requests import generate_requests
 from pall_avalanche.strategies import UnlearningPlugin
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+TUTORIAL = ROOT / "docs" / "tutorials" / "avalanche.md"
 
 
 def avalanche_script(block: int = 0) -> str:
-    """Python block ``block`` (0: the first) of the README's section "Using the strategies in
-    Avalanche code"."""
-    text = README.read_text()
-    section = text[text.index("## Using the strategies in Avalanche code"):]
-    return re.findall(r"```python\n(.*?)```", section, re.S)[block]
+    """Block 0: the README's Avalanche snippet (between its ``avalanche`` snippet markers, which
+    the tutorial includes); block 1: the tutorial's multi-head block, its own first Python
+    block."""
+    if block == 0:
+        text = README.read_text()
+        section = text[text.index("[start:avalanche]"):text.index("[end:avalanche]")]
+    else:
+        section = TUTORIAL.read_text()
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
 
 
 class Rates(UnlearningPlugin):
@@ -69,7 +77,7 @@ def test_the_readme_avalanche_script_runs_and_logs_the_papers_metrics(capfd):
 
 def test_the_readme_multihead_block_runs_pall_with_original_ids_and_replay():
     namespace: dict = {}
-    exec(compile(avalanche_script(1), str(README), "exec"), namespace)
+    exec(compile(avalanche_script(1), str(TUTORIAL), "exec"), namespace)
     strategy, results = namespace["strategy"], namespace["results"]
     assert type(strategy.model.net.model).__name__ == "MTSimpleMLP"
     assert strategy.active_tasks == [0, 2, 3, 4]
