@@ -57,7 +57,7 @@ def test_the_layer_contract_catches_an_import_inside_a_function(tmp_path):
     # one) imports a strategy inside a function, as it once did for Table 1's size symbol
     copy = tmp_path / "pall_avalanche"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    catalog = copy / "catalog.py"
+    catalog = copy / "catalog" / "registration.py"
     catalog.write_text(catalog.read_text() + "\n\ndef _size():\n"
                        "    from pall_avalanche.strategies.independent import Independent\n"
                        "    return Independent\n")

@@ -26,7 +26,7 @@ the seed): the unlearned model on R, the oracle on R′, and a reference oracle 
 different training randomness (``train_seed``).
 """
 
-from pall_avalanche.catalog import lazy_names
+from pall_avalanche.catalog.registration import lazy_names
 
 #: public name → the submodule defining it (loaded on first use: the torch-free rooms,
 #: :mod:`~pall_avalanche.audit.protocol` above all, import without torch)

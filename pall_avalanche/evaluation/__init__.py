@@ -8,7 +8,7 @@ The names are loaded on first use, so reading records and writing reports
 
 from __future__ import annotations
 
-from pall_avalanche.catalog import lazy_names
+from pall_avalanche.catalog.registration import lazy_names
 
 #: public name → the submodule defining it
 _WHERE = {

@@ -106,9 +106,11 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
 
     # requests making a task permanent (the CLPU protocol)
     def before_making_permanent(self, strategy) -> None:
+        """A request making a task permanent starts: start timing it."""
         self.measurement.start(strategy)
 
     def after_making_permanent(self, strategy) -> list[MetricValue]:
+        """A request making a task permanent ends: measure it and emit the metric values."""
         return self._finish(strategy)
 
     def _finish(self, strategy) -> list[MetricValue]:

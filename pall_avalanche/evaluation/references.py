@@ -105,6 +105,8 @@ class ReferenceMetrics(PluginMetric[dict]):
         """Nothing to reset between Avalanche's phases: the metric spans the sequence."""
 
     def after_request(self, strategy, **kwargs) -> list[MetricValue]:
+        """A request is over: probe the model and emit the values against the references
+        (called by the evaluator, or directly when the metric is given as a plugin)."""
         log = request_log_of(strategy.evaluator)
         record = {"requests": [{"kind": k, "task": t} for k, t in log.requests],
                   "accuracy": log.accuracy,

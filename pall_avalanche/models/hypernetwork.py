@@ -67,6 +67,7 @@ class ChunkedHypernetwork(nn.Module):
 
     @property
     def n_chunks(self) -> int:
+        """The chunk embeddings drawn so far."""
         return len(self.chunk_embeddings)
 
     def ensure_chunks(self, n: int) -> None:

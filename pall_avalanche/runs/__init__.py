@@ -71,7 +71,7 @@ system) split the work instead of each computing everything:
 
 from __future__ import annotations
 
-from pall_avalanche.catalog import lazy_names
+from pall_avalanche.catalog.registration import lazy_names
 
 #: public name → the submodule defining it
 _WHERE = {

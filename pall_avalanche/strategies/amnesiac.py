@@ -160,9 +160,8 @@ class AmnesiacEWC(AmnesiacUnlearning, EWC):
     """EWC unlearned by deleting Δθ_t and t's Fisher and parameter snapshot (the latter by
     :class:`~pall_avalanche.strategies.ewc.TaskEWCPlugin` in ``before_unlearning``). The
     snapshots of the other tasks keep Δθ_t where they hold it, as CLArena's default
-    (``if_unlearn_previous_network=False``).
-
-    :param ewc_lambda: λ, the weight of the EWC penalty.
+    (``if_unlearn_previous_network=False``). Takes the arguments of
+    :class:`~pall_avalanche.strategies.ewc.EWC` (``ewc_lambda``).
     """
 
 
@@ -172,9 +171,8 @@ class AmnesiacLwF(AmnesiacUnlearning, LwF):
     teacher becomes a copy of the model after the deletion: LwF distils the network as it
     stands when the next task starts (Li and Hoiem 2017), and a teacher holding Δθ_t would
     carry t back into the remaining tasks (CLArena keeps one snapshot per task and deletes t's).
-
-    :param lwf_alpha: weight of the distillation term.
-    :param lwf_temperature: distillation temperature.
+    Takes the arguments of :class:`~pall_avalanche.strategies.lwf.LwF` (``lwf_alpha``,
+    ``lwf_temperature``).
     """
 
     def _unlearn(self, task: int) -> None:
@@ -219,10 +217,8 @@ class AmnesiacDERpp(AmnesiacUnlearning, DERpp):
     samples) unlearned by deleting Δθ_t and B^t (CLArena's ``AmnesiacDERppUnlearn``), without
     DER++'s replay fine-tuning.
 
-    Takes the arguments of :class:`~pall_avalanche.strategies.replay.DERpp` except
-    ``n_retrain_iters``.
-
-    :param beta: weight of the logit (MSE) term.
+    Takes the arguments of :class:`~pall_avalanche.strategies.replay.DERpp` (``beta``, the
+    weight of the logit (MSE) term, ...) except ``n_retrain_iters``.
     """
 
     def __init__(self, **kwargs) -> None:

@@ -56,6 +56,7 @@ from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.models.multitask import MultiHeadNet, TaskIncrementalRequired, adapt_model
 from pall_avalanche.strategies.template.lifecycle import CurrentRequest, RequestLifecycle
 from pall_avalanche.strategies.template.optimization import LR_SCHEDULES, Optimization
+from pall_avalanche.strategies.template.permanence import Permanence
 from pall_avalanche.strategies.template.routing import TaskRouting
 from pall_avalanche.strategies.template.speed import AMP_MODES, INPUT_PIPELINES, SpeedOptions
 from pall_avalanche.strategies.template.state import TemplateState
@@ -64,8 +65,8 @@ __all__ = ["AMP_MODES", "INPUT_PIPELINES", "LR_SCHEDULES", "CurrentRequest", "Di
            "SpeedOptions", "UnlearningPlugin", "UnlearningTemplate"]
 
 
-class UnlearningTemplate(RequestLifecycle, TaskRouting, Optimization, TemplateState,
-                         SupervisedTemplate, Stateful):
+class UnlearningTemplate(RequestLifecycle, Permanence, TaskRouting, Optimization,
+                         TemplateState, SupervisedTemplate, Stateful):
     """Avalanche supervised template with task unlearning.
 
     Between requests its whole state is :meth:`checkpoint_state`: the model's
@@ -115,8 +116,9 @@ class UnlearningTemplate(RequestLifecycle, TaskRouting, Optimization, TemplateSt
     #: Whether the method wants per-task token parameters in backbones that have them
     #: (ViT's CLS token and positional embedding; docs/fidelity.md, "Models").
     per_task_tokens: bool = False
-    #: Table 1's symbolic model size (:data:`~pall_avalanche.catalog.MODEL_SIZES`), read when
-    #: the class is registered (:func:`~pall_avalanche.catalog.register_method`).
+    #: Table 1's symbolic model size (one of
+    #: :data:`~pall_avalanche.catalog.registration.MODEL_SIZES`), read when the class is
+    #: registered (:func:`~pall_avalanche.catalog.register_method`).
     table_size: str = DENSE_SIZE
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,

@@ -672,7 +672,7 @@ def test_an_owner_whose_lock_was_broken_stops_when_it_notices(tmp_path):
     assert theirs.held()
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_diverged_run_can_be_left_out_of_many(tmp_path, jobs):
     # the audit's many seeds: a run whose loss turns NaN (lr = 1e30) is left out with one
     # warning line, the others are computed and returned, and nothing is written for it

@@ -3,6 +3,7 @@ each, composed as Avalanche composes ``SupervisedTemplate`` from mixins:
 
 - :mod:`.lifecycle`: the request lifecycle (learning and unlearning requests, the one
   ``after_request`` event, divergence checks, the request in progress);
+- :mod:`.permanence`: making a learned task permanent (the CLPU protocol);
 - :mod:`.routing`: which task each sample goes through, the model's adaptation, the loaders;
 - :mod:`.optimization`: optimizer renewal, fresh optimizers, training phases, the one
   unlearning loop;

@@ -5,12 +5,10 @@ Learning requests are Avalanche's training experiences (one marked ``permanent``
 :class:`~pall_avalanche.requests.streams.UnlearnExperience` in ``train`` is carried out by
 ``unlearn(task)``, which fires ``before_unlearning`` and ``after_unlearning`` around the
 method's own ``_unlearn``, and a :class:`~pall_avalanche.requests.streams.
-MakePermanentExperience` by ``make_permanent(task)``, which fires ``before_making_permanent``
-and ``after_making_permanent`` around the method's own ``_make_permanent``. A permanent task
+MakePermanentExperience` by ``make_permanent(task)`` (:mod:`.permanence`). A permanent task
 is never unlearned: such a request is refused before anything runs. Every request ends in one
 event, ``after_request(strategy, result)``, fired once the request is over (every plugin of it
-done) with its
-:class:`~pall_avalanche.core.RequestResult`; a diverged request raises
+done) with its :class:`~pall_avalanche.core.RequestResult`; a diverged request raises
 :class:`~pall_avalanche.core.DivergedError` instead. :attr:`RequestLifecycle.current_request`
 is the request in progress (or the last one), the one place that knows it.
 """
@@ -27,14 +25,13 @@ from avalanche.training.utils import trigger_plugins
 
 from pall_avalanche.core import DivergedError, RequestResult
 from pall_avalanche.models.multitask import TaskIncrementalRequired
-from pall_avalanche.requests import MAKE_PERMANENT
 from pall_avalanche.requests.streams import (
     DatalessExperience,
     MakePermanentExperience,
     UnlearnExperience,
 )
 
-__all__ = ["CurrentRequest", "RequestLifecycle", "and_finite"]
+__all__ = ["CurrentRequest", "RequestLifecycle", "and_finite", "check_dataless"]
 
 
 class CurrentRequest(NamedTuple):
@@ -76,17 +73,26 @@ def _check_stream_is_task_incremental(exp: CLExperience) -> None:
     _TASK_INCREMENTAL_STREAMS.add(stream)
 
 
+def check_dataless(task: int, unlearn: bool, active: Sequence[int],
+                    permanent: Sequence[int]) -> None:
+    """Refuse, in one line, unlearning (``unlearn``) or making permanent ``task`` when it
+    is not learned or already permanent."""
+    action = "unlearn" if unlearn else "make permanent"
+    if task not in active:
+        raise ValueError(f"cannot {action} task {task}: it is not learned (active tasks "
+                         f"{list(active)})")
+    if task in permanent:
+        raise ValueError(f"cannot {action} task {task}: it is permanent (permanent tasks "
+                         f"{list(permanent)}); a permanent task is never unlearned")
+
+
 class RequestLifecycle:
     """Learning, unlearning and permanence requests, their one ending event and divergence
     checks."""
 
     #: The request in progress, or the last one (``None`` before the first).
     current_request: CurrentRequest | None = None
-    #: What making a task permanent means for the method (one sentence, for the docs and
-    #: the field table); the template's default changes nothing.
-    permanence: str = "nothing changes: the task can no longer be unlearned"
-    #: The permanent tasks, in the order they became permanent (a subclass's ``__init__``
-    #: need not set it: the template does).
+    #: The permanent tasks, in the order they became permanent (:mod:`.permanence`).
     permanent_tasks: list[int]
     #: Tasks made permanent by a ``make_permanent`` request (not learned permanently).
     made_permanent: int = 0
@@ -131,7 +137,7 @@ class RequestLifecycle:
         for exp in experiences:
             if isinstance(exp, DatalessExperience):
                 task = exp.task_label
-                self._check_dataless(task, isinstance(exp, UnlearnExperience), active,
+                check_dataless(task, isinstance(exp, UnlearnExperience), active,
                                      permanent)
                 if isinstance(exp, UnlearnExperience):
                     active.remove(task)
@@ -152,23 +158,10 @@ class RequestLifecycle:
             if getattr(exp, "permanent", False):
                 permanent.append(task)
 
-    @staticmethod
-    def _check_dataless(task: int, unlearn: bool, active: Sequence[int],
-                        permanent: Sequence[int]) -> None:
-        """Refuse, in one line, unlearning (``unlearn``) or making permanent ``task`` when it
-        is not learned or already permanent."""
-        action = "unlearn" if unlearn else "make permanent"
-        if task not in active:
-            raise ValueError(f"cannot {action} task {task}: it is not learned (active tasks "
-                             f"{list(active)})")
-        if task in permanent:
-            raise ValueError(f"cannot {action} task {task}: it is permanent (permanent tasks "
-                             f"{list(permanent)}); a permanent task is never unlearned")
-
     def unlearn(self, task: int) -> None:
         """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
         plugins' ``after_unlearning``. A task not learned or permanent is refused."""
-        self._check_dataless(task, True, self.active_tasks, self.permanent_tasks)
+        check_dataless(task, True, self.active_tasks, self.permanent_tasks)
         self.model.to(self.device)
         self._start_request("unlearn", task)
         trigger_plugins(self, "before_unlearning", task=task)
@@ -180,25 +173,6 @@ class RequestLifecycle:
     def _unlearn(self, task: int) -> None:
         """The method's unlearning step, with ``task`` already out of ``active_tasks``.
         The default changes nothing (Sequential); methods override it or act in plugins."""
-
-    def make_permanent(self, task: int) -> None:
-        """Make the learned, temporary ``task`` permanent (CLPU): plugins'
-        ``before_making_permanent``, the method's ``_make_permanent`` (:attr:`permanence`
-        says what it does), plugins' ``after_making_permanent``; from then on unlearning
-        ``task`` is refused."""
-        self._check_dataless(task, False, self.active_tasks, self.permanent_tasks)
-        self.model.to(self.device)
-        self._start_request(MAKE_PERMANENT, task)
-        trigger_plugins(self, "before_making_permanent", task=task)
-        self._make_permanent(task)
-        self.permanent_tasks.append(task)
-        self.made_permanent += 1
-        trigger_plugins(self, "after_making_permanent", task=task)
-        self._end_request()
-
-    def _make_permanent(self, task: int) -> None:
-        """The method's step when ``task`` becomes permanent (still in ``active_tasks``, not
-        yet in ``permanent_tasks``). The default changes nothing."""
 
     def request_statistics(self) -> dict:
         """The method's own figures about the request in progress or just finished (name →
