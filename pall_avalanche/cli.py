@@ -99,7 +99,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "the configuration of the benchmark it names)")
     parser.add_argument("--methods", default="all",
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
-                             "'ablations' (er_retrain, static_sparse, dynamic_sparse), 'leaks' "
+                             "'ablations' (er_retrain, static_sparse, dynamic_sparse), 'field' "
+                             "(the continual-unlearning field's methods beyond the paper), 'leaks' "
                              "(the audit's positive control and leaky PALL variants); "
                              f"available methods: {', '.join(METHOD_INFO)} (default: "
                              "%(default)s)")
