@@ -37,11 +37,14 @@ def head_rows(model: nn.Module, task: int) -> dict[str, torch.Tensor]:
     """Name → bool mask of the entries of ``model`` that produce ``task``'s logits: the task's
     rows (:meth:`~pall_avalanche.models.TaskIncrementalNet.head_entries`) of every
     task-incremental network inside ``model`` (the model itself, a subnetwork method's
-    network, Independent's per-task models). Empty when the model has none."""
-    return {f"{prefix}.{name}" if prefix else name: mask
+    network, Independent's per-task models) that are parameters of ``model``. Empty when the
+    model has none (UnCLe's heads are generated: its parameters are the hypernetwork's)."""
+    params = dict(model.named_parameters())
+    rows = {f"{prefix}.{name}" if prefix else name: mask
             for prefix, module in model.named_modules()
             if isinstance(module, TaskIncrementalNet)
             for name, mask in module.head_entries(task).items()}
+    return {name: mask for name, mask in rows.items() if name in params}
 
 
 def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: int) -> float:

@@ -8,7 +8,8 @@ Amnesiac baselines, HAT, Amnesiac HAT and UnCLe on one protocol, with the field'
 Two protocols (docs/fidelity.md, "The field"): the paper's (every task temporary, N_u
 unlearning requests drawn per seed) and CLPU's (``--unlearnable-age N``: a task becomes
 permanent N learning requests after its own, CLArena's ``unlearnable_age``; the same draws
-from fewer positions). For every method, protocol and seed the script runs three ordinary
+from fewer positions; ``--requests`` replays one sequence instead, the only protocol then).
+For every method, protocol and seed the script runs three ordinary
 records (reused, ``--jobs``): the run itself, the retrained reference (the sequence without
 any request of the unlearned tasks) and the never-unlearned reference (without the unlearning
 requests). Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned
@@ -49,19 +50,21 @@ def _references(sequence: RequestSequence) -> tuple[RequestSequence, RequestSequ
             RequestSequence([r for r in sequence if not r.is_unlearn], sequence.n_tasks))
 
 
-def _verdicts(path: str | None) -> dict[str, str]:
-    """method → the audit's verdict, from an audit report's CSV (empty without one)."""
-    if path is None:
-        return {}
-    try:
-        with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
-    except OSError as err:
-        raise ValueError(f"--audit-report {path}: cannot read it ({err.strerror})") from None
-    if not rows or not {"method", "verdict"} <= set(rows[0]):
-        raise ValueError(f"--audit-report {path}: not an audit report's CSV (it needs the "
-                         "columns method and verdict; benchmarks/audit.py writes one)")
-    return {row["method"]: row["verdict"] for row in rows}
+def _verdicts(paths: list[str] | None) -> dict[str, str]:
+    """method → the audit's verdict, from audit reports' CSVs (a later file's verdict wins;
+    empty without one)."""
+    verdicts: dict[str, str] = {}
+    for path in paths or ():
+        try:
+            with open(path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+        except OSError as err:
+            raise ValueError(f"--audit-report {path}: cannot read it ({err.strerror})") from None
+        if not rows or not {"method", "verdict"} <= set(rows[0]):
+            raise ValueError(f"--audit-report {path}: not an audit report's CSV (it needs the "
+                             "columns method and verdict; benchmarks/audit.py writes one)")
+        verdicts.update((row["method"], row["verdict"]) for row in rows)
+    return verdicts
 
 
 def main(argv=None) -> str:
@@ -70,9 +73,9 @@ def main(argv=None) -> str:
     parser.add_argument("--unlearnable-age", type=int, default=2, metavar="N",
                         help="the CLPU protocol's age N: a task becomes permanent N learning "
                              "requests after its own (1 .. n_tasks - 1; default 2)")
-    parser.add_argument("--audit-report", metavar="CSV",
+    parser.add_argument("--audit-report", metavar="CSV", action="append",
                         help="an exactness audit's CSV (benchmarks/audit.py) whose verdicts "
-                             "fill the audit column")
+                             "fill the audit column; repeatable (a later file's verdict wins)")
     run = start_script(parser, argv, script=f"benchmarks/{NAME}.py")
     age = run.args.unlearnable_age
     if not 1 <= age < run.n_tasks:
@@ -85,7 +88,10 @@ def main(argv=None) -> str:
 
     modules = probe_modules(FieldProbe)
     triples = []
-    for label, overrides in ((PAPER, []), (CLPU, [("unlearnable_age", age)])):
+    protocols = [(PAPER, [("unlearnable_age", None)]), (CLPU, [("unlearnable_age", age)])]
+    if run.requests is not None:        # one sequence given: one protocol, the given one
+        protocols = [(f"{run.args.requests}", [])]
+    for label, overrides in protocols:
         for spec in plan(run.methods, run.seeds, run.config, overrides=overrides,
                          requests=run.requests, modules=modules):
             retrained, never = (

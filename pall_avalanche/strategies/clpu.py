@@ -41,8 +41,10 @@ class CLPUNetworks(MultiTaskModule):
     sample of a mini-batch through its own task's network: its side network if it has one,
     else the main network).
 
-    Only the network being trained adapts to its experience (heads grow, classes are taken):
-    the side network of the task being learned temporarily, or the main network.
+    Only the networks :attr:`adapting` names adapt to an experience (heads grow, classes are
+    taken): the main network for a task learned permanently; the task's side network and the
+    main network for a task learned temporarily (the main one gets the task's head and
+    classes, untrained, so that merging it later has an output to distil into).
 
     :param main: the main network (a task-incremental network taking ``(x, task_labels)``).
     """
@@ -52,8 +54,8 @@ class CLPUNetworks(MultiTaskModule):
         self.main = main
         self.main._auto_adapt = False
         self.side = nn.ModuleDict()
-        #: The network the next adaptation adapts (``None``: none).
-        self.adapting: nn.Module | None = None
+        #: The networks the next adaptation adapts.
+        self.adapting: tuple[nn.Module, ...] = ()
 
     def add_side(self, task: int) -> nn.Module:
         """Create ``task``'s side network: a fresh draw of the main network's architecture
@@ -75,8 +77,8 @@ class CLPUNetworks(MultiTaskModule):
 
     def adaptation(self, experience) -> None:
         super().adaptation(experience)
-        if self.adapting is not None:
-            avalanche_model_adaptation(self.adapting, experience)
+        for net in self.adapting:
+            avalanche_model_adaptation(net, experience)
 
     def forward(self, x: torch.Tensor, task_labels: torch.Tensor | int) -> torch.Tensor:
         return forward_by_task(x, task_labels,
@@ -122,6 +124,9 @@ class CLPUDERpp(UnlearningTemplate):
     """
 
     table_size = CLPU_SIZE
+    #: An unlearned task's samples (replayed by a plugin such as Avalanche's ``ReplayPlugin``)
+    #: would reach the main network: refused.
+    accepts_unlearned_task_samples = False
     permanence = ("its side network is merged into the main network by DER++ distillation "
                   "from its buffer (the side network's logits as targets), then deleted")
     checkpoint_attributes = (*UnlearningTemplate.checkpoint_attributes, "train_sizes")
@@ -142,19 +147,19 @@ class CLPUDERpp(UnlearningTemplate):
 
     def model_adaptation(self, model=None):
         task = self.experience.task_label
-        adapting = None
+        adapting: tuple[nn.Module, ...] = ()
         if self.is_training:
             if self.learning_permanently:
-                adapting = self.model.main
-            elif not self.model.has_side(task):
-                adapting = self.model.add_side(task).to(self.device)
+                adapting = (self.model.main,)
             else:
-                adapting = self.model.network_of(task)
+                side = (self.model.network_of(task) if self.model.has_side(task)
+                        else self.model.add_side(task).to(self.device))
+                adapting = (side, self.model.main)
         self.model.adapting = adapting
         try:
             return super().model_adaptation(model)
         finally:
-            self.model.adapting = None
+            self.model.adapting = ()
 
     def optimizer_param_groups(self) -> list[dict]:
         net = self.model.network_of(self.experience.task_label)

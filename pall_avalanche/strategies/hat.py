@@ -123,6 +123,9 @@ class HAT(UnlearningTemplate):
         self._trained: dict[str, nn.Parameter] = {}
         self._masked: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._whole: list[torch.Tensor] = []
+        #: Tensors a request trains besides the network (AmnesiacHAT's backups): decayed,
+        #: never clipped, never counted in the clipped norm.
+        self._backups: list[torch.Tensor] = []
         self._embedding: nn.Parameter | None = None
         self._taken: torch.Tensor | None = None
         self._batches = 1
@@ -143,7 +146,7 @@ class HAT(UnlearningTemplate):
         params = dict(net.net.named_parameters())
         trainable = {name: ~frozen for name, frozen in net.entry_masks(taken).items()}
         trainable.update(net.net.head_entries(task))
-        self._trained, self._masked, self._whole = {}, [], []
+        self._trained, self._masked, self._whole, self._backups = {}, [], [], []
         for name, entries in trainable.items():
             param = self._trained[name] = params[name]
             if bool(entries.all()):
@@ -159,9 +162,9 @@ class HAT(UnlearningTemplate):
         return [*(param for param, _ in self._masked), *self._whole, self._embedding]
 
     def optimizer_param_groups(self) -> list[dict]:
-        """One group of :meth:`request_tensors`, without the optimizer's weight decay
-        (:meth:`optimizer_step` decays the trainable entries)."""
-        return [{"params": self.request_tensors(), "weight_decay": 0.0}]
+        """One group of :meth:`request_tensors` and the backups, without the optimizer's
+        weight decay (:meth:`optimizer_step` decays the trainable entries)."""
+        return [{"params": [*self.request_tensors(), *self._backups], "weight_decay": 0.0}]
 
     def _before_training_epoch(self, **kwargs) -> None:
         self._batches = len(self.dataloader)
@@ -182,12 +185,13 @@ class HAT(UnlearningTemplate):
         return loss
 
     def optimizer_step(self) -> None:
-        """Weight decay on the trainable entries and none elsewhere, the embedding's gradient
-        compensated, every gradient clipped to ``clipgrad``; the step; the embedding clamped
-        to ±``thres_emb``."""
+        """Weight decay on the trainable entries (and the backups) and none elsewhere, the
+        embedding's gradient compensated, the gradients of :meth:`request_tensors` clipped to
+        ``clipgrad`` (the backups' neither clipped nor counted); the step; the embedding
+        clamped to ±``thres_emb``."""
         mask_gradients_([p for p, _ in self._masked], [t for _, t in self._masked],
                         self.weight_decay)
-        whole = [p for p in self._whole if p.grad is not None]
+        whole = [p for p in (*self._whole, *self._backups) if p.grad is not None]
         if self.weight_decay and whole:
             torch._foreach_add_([p.grad for p in whole], whole, alpha=self.weight_decay)
         embedding, s = self._embedding, self.model.scale
@@ -203,7 +207,7 @@ class HAT(UnlearningTemplate):
 
     def _after_training_exp(self, **kwargs) -> None:
         self.model.stop_learning()
-        self._trained, self._masked, self._whole = {}, [], []
+        self._trained, self._masked, self._whole, self._backups = {}, [], [], []
         self._embedding = self._taken = None
         super()._after_training_exp(**kwargs)
 
@@ -304,7 +308,7 @@ class AmnesiacHAT(HAT):
             self._routes[other] = [(weights[f"{name}.weight"], weights.get(f"{name}.bias"),
                                     units[index])
                                    for index, name in enumerate(net.layer_names)]
-            self._whole += list(weights.values())
+            self._backups += list(weights.values())
 
     def _learning_samples(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The mini-batch's inputs and targets of the learning task."""

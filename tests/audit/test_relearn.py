@@ -69,3 +69,14 @@ def test_relearning_curves_of_every_attack():
             _by_hand(strategy.model, test, 1), abs=1e-4)
     for name, value in before.items():
         assert torch.equal(dict(strategy.model.named_parameters())[name], value), name
+
+
+def test_a_model_whose_heads_are_generated_is_attacked_through_all_its_parameters():
+    # UnCLe's heads are the hypernetwork's output, not parameters: no head-only attack, the
+    # every-parameter attack fine-tunes the hypernetwork and embeddings
+    strategy, bm = _trained("uncle")
+    assert head_rows(strategy.model, 1) == {}
+    assert head_rows(make_strategy("pall", measured=False)[0].model, 1)
+    curves = relearning_curves(strategy.model, bm.train_stream[1].dataset,
+                               bm.test_stream[1].dataset, 1, shots=(2,), steps=2)
+    assert sorted(curves) == ["k2_all"] and len(curves["k2_all"]) == 3

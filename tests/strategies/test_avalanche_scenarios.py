@@ -265,7 +265,7 @@ def test_replayed_samples_go_through_their_own_task(method):
 
 def test_exact_methods_stay_exact_with_replay_and_refuse_unlearned_samples():
     bm = digits_benchmark()
-    for method in ("pall", "independent"):
+    for method in ("pall", "clpu_derpp", "independent"):
         strategy = build(method, no_dropout_model(), plugins=[ReplayPlugin(mem_size=40)],
                          epochs=1, n_retrain_iters=5)
         strategy.train(bm.train_stream[0])
@@ -288,6 +288,24 @@ def test_exact_methods_stay_exact_with_replay_and_refuse_unlearned_samples():
                                r"\(ReplayPlugin\)") as err:
                 strategy.train(bm.train_stream[3])
             assert "\n" not in str(err.value)
+
+
+def test_clpu_merges_temporary_tasks_of_an_avalanche_model_with_grown_heads():
+    # MTSimpleMLP without n_tasks, original class ids: a temporary task's head exists only in
+    # its side network unless the main network is adapted too; merging it must leave the task
+    # learned in the main network (not at chance, not an out-of-range target)
+    bm = four_two_two_two()
+    torch.manual_seed(0)
+    strategy = build("clpu_derpp", MTSimpleMLP(input_size=64, hidden_size=128), epochs=3,
+                     lr=0.01)
+    strategy.train([bm.train_stream[0], bm.train_stream[1]])
+    side = {t: accuracy(logits_on_test(strategy, bm, t), bm, t) for t in (0, 1)}
+    strategy.make_permanent(1)
+    strategy.make_permanent(0)
+    assert strategy.permanent_tasks == [1, 0] and not strategy.model.side
+    for task, chance in ((0, 25.0), (1, 50.0)):
+        merged = accuracy(logits_on_test(strategy, bm, task), bm, task)
+        assert side[task] > 80 and merged > chance + 25, (task, side[task], merged)
 
 
 # ------------------------------------------------------------------ stream calls
