@@ -9,6 +9,7 @@ from helpers import FAST_CONFIG, make_strategy, seq, snapshot
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.requests import (
+    LEARN,
     InvalidRequestSequence,
     Request,
     RequestSequence,
@@ -86,18 +87,48 @@ def test_unlearnable_age_only_narrows_the_reference_draws(seed):
         position = {(r.kind, r.task): i for i, r in enumerate(requests)}
         assert [r.task for r in requests if r.is_learn] == [0, 1, 2, 3, 4]
         for t in range(5):
-            if t + age < 5:
-                limit = position[("learn", t + age)]
-                if ("unlearn", t) in position:    # unlearned while still temporary
-                    learned_before = [r.task for r in requests[:position[("unlearn", t)]]
-                                      if r.is_learn]
-                    assert max(learned_before) <= t + age
-                    assert ("make_permanent", t) not in position
-                else:                             # permanent right after L(t + age)
-                    assert position[("make_permanent", t)] == limit + 1
+            if ("unlearn", t) in position:        # unlearned while still temporary: at an
+                learned_before = [r.task for r in requests[:position[("unlearn", t)]]
+                                  if r.is_learn]  # age (tasks learned after t) below N
+                assert t in learned_before and max(learned_before) - t < age
+                assert ("make_permanent", t) not in position
+            elif t + age < 5:                     # permanent when task t + age starts: right
+                at = position[("make_permanent", t)]   # before its learning request, after
+                assert requests[at + 1] == Request(LEARN, t + age)   # the unlearning ones
+                assert not requests[at - 1].is_learn or requests[at - 1].task == t + age - 1
             else:
                 assert ("make_permanent", t) not in position
         assert len([r for r in requests if r.is_unlearn]) == 3
+
+
+def test_unlearnable_age_as_clarenas_experiment_loop_by_hand():
+    # CLArena: after learning task k, the tasks u <= k with k - u < N may be unlearned;
+    # task u becomes permanent when task u + N starts (before it trains). N = 1: a task can
+    # only be unlearned right after its own learning request
+    for seed in range(30):
+        requests = list(generate_requests(4, 2, seed, unlearnable_age=1))
+        for i, r in enumerate(requests):
+            if r.is_unlearn:
+                last_learned = max(q.task for q in requests[:i] if q.is_learn)
+                assert last_learned == r.task
+    # seed 0 by hand: the paper draws tasks 0, 3 and 4 to unlearn. N = 2: U0 may follow L0
+    # or L1 only, M1 comes before L3 and M2 before L4 (tasks 3 and 4 never reach age 2).
+    # N = 1: U0 right after L0, M1 before L2, M2 before L3
+    assert str(generate_requests(5, 3, 0)) == "L0 L1 L2 L3 U0 L4 U3 U4"
+    assert str(generate_requests(5, 3, 0, unlearnable_age=2)) == (
+        "L0 L1 U0 L2 M1 L3 M2 L4 U3 U4")
+    assert str(generate_requests(5, 3, 0, unlearnable_age=1)) == (
+        "L0 U0 L1 M1 L2 M2 L3 U3 L4 U4")
+
+
+def test_the_never_unlearned_reference_makes_the_unlearned_tasks_permanent_as_the_others():
+    sequence = seq("L0 L1 U0 L2 M1 L3 U3", 4)      # unlearnable_age 2: M1 before L3
+    assert str(sequence.without_unlearning()) == "L0 L1 L2 M1 L3"
+    assert str(sequence.without_unlearning(2)) == "L0 L1 M0 L2 M1 L3"
+    for seed in range(20):
+        generated = generate_requests(5, 3, seed, unlearnable_age=2)
+        never = generated.without_unlearning(2)
+        assert never == generate_requests(5, 0, seed, unlearnable_age=2)
 
 
 def test_unlearnable_age_zero_learns_everything_permanently():

@@ -93,9 +93,11 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "model": _spec(str, _registered("model"), "the backbone"),
     "model_kwargs": _spec(dict, None, "keyword arguments of the backbone", nullable=True),
     "n_unlearn": _spec(int, _at_least(0), "N_u, unlearning requests per sequence"),
-    "unlearnable_age": _spec(int, _at_least(0), "the CLPU protocol: a task becomes permanent "
-                             "(never to be unlearned) this many learning requests after its "
-                             "own; unset: every task stays unlearnable", nullable=True),
+    "unlearnable_age": _spec(int, _at_least(0), "the CLPU protocol (CLArena's): a task can be "
+                             "unlearned until this many tasks were learned after it, then "
+                             "becomes permanent (never to be unlearned); 0: every task is "
+                             "learned permanently; unset: every task stays unlearnable",
+                             nullable=True),
     "seeds": _spec(list, (lambda v: all(isinstance(s, int) and not isinstance(s, bool)
                                         and s >= 0 for s in v), "a list of integers >= 0"),
                    "the default seeds"),

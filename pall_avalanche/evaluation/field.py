@@ -12,7 +12,8 @@ sequence without its unlearning requests. Against them (final models):
   unlearned model F and of the retrained reference G: euclidean, the mean over inputs of
   ‖F_i − G_i‖₂; cosine, the mean of 1 − cos(F_i, G_i); and 1 − linear CKA(F, G) (Kornblith et
   al., 2019: with centred columns, CKA = ‖GᵀF‖²_F / (‖FᵀF‖_F ‖GᵀG‖_F)); the mean over the
-  unlearned tasks. 0 when the unlearned model computes what the retrained one does.
+  unlearned tasks. 0 when the unlearned model computes what the retrained one does (also for
+  zero or constant features).
 - **accuracy gain** (CLArena's ``cul_ag``): the mean over the remaining tasks of the final test
   accuracy minus the never-unlearned reference's (percentage points): what unlearning cost (or
   gave) the tasks that stay.
@@ -64,7 +65,9 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
 def feature_distance(features: np.ndarray, reference: np.ndarray, kind: str) -> float:
     """The distance of ``features`` to ``reference`` (n × d each, the same inputs in the same
     order): ``euclidean`` (mean ‖F_i − G_i‖₂), ``cosine`` (mean 1 − cos(F_i, G_i); a zero row
-    counts as orthogonal) or ``cka`` (1 − :func:`linear_cka`)."""
+    beside a non-zero one counts as orthogonal, as in CLArena) or ``cka`` (1 −
+    :func:`linear_cka`). Identical features are at distance 0 by every kind, also where the
+    formula has no value (two zero rows, two equal constant matrices)."""
     f = np.asarray(features, dtype=np.float64)
     g = np.asarray(reference, dtype=np.float64)
     if f.shape != g.shape:
@@ -74,9 +77,10 @@ def feature_distance(features: np.ndarray, reference: np.ndarray, kind: str) -> 
     if kind == "cosine":
         norms = np.linalg.norm(f, axis=1) * np.linalg.norm(g, axis=1)
         cosine = np.divide((f * g).sum(axis=1), norms, out=np.zeros(len(f)), where=norms > 0)
+        cosine[(f == g).all(axis=1)] = 1.0
         return float((1 - cosine).mean())
     if kind == "cka":
-        return 1.0 - linear_cka(f, g)
+        return 0.0 if np.array_equal(f, g) else 1.0 - linear_cka(f, g)
     raise ValueError(f"unknown feature distance {kind!r}; valid: euclidean, cosine, cka")
 
 

@@ -6,13 +6,15 @@ Amnesiac baselines, HAT, Amnesiac HAT and UnCLe on one protocol, with the field'
     python benchmarks/table_field.py --audit-report reports/audit_digits.csv
 
 Two protocols (docs/fidelity.md, "The field"): the paper's (every task temporary, N_u
-unlearning requests drawn per seed) and CLPU's (``--unlearnable-age N``: a task becomes
-permanent N learning requests after its own, CLArena's ``unlearnable_age``; the same draws
-from fewer positions; ``--requests`` replays one sequence instead, the only protocol then).
+unlearning requests drawn per seed) and CLPU's (``--unlearnable-age N``: a task can be
+unlearned until N tasks were learned after it and becomes permanent when task t + N starts,
+CLArena's ``unlearnable_age``; the same draws from fewer positions; ``--requests`` replays one
+sequence instead, the only protocol then).
 For every method, protocol and seed the script runs three ordinary
 records (reused, ``--jobs``): the run itself, the retrained reference (the sequence without
 any request of the unlearned tasks) and the never-unlearned reference (without the unlearning
-requests). Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned
+requests; under CLPU's protocol the unlearned tasks become permanent there as the others
+do). Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned
 tasks' backbone features to the retrained reference (euclidean, cosine, 1 − linear CKA), the
 accuracy gain of the remaining tasks over the never-unlearned reference, ToW against the
 retrained reference with its 95 % t-interval over seeds, the final inference model size, the
@@ -43,11 +45,13 @@ NAME = "table_field"
 PAPER, CLPU = "paper", "CLPU"
 
 
-def _references(sequence: RequestSequence) -> tuple[RequestSequence, RequestSequence]:
+def _references(sequence: RequestSequence, unlearnable_age: int | None
+                ) -> tuple[RequestSequence, RequestSequence]:
     """(retrained, never unlearned): ``sequence`` without any request of its unlearned tasks,
-    and without its unlearning requests."""
+    and without its unlearning requests (under the CLPU protocol the unlearned tasks become
+    permanent where the protocol makes the others: :meth:`RequestSequence.without_unlearning`)."""
     return (sequence.without_tasks(sequence.unlearned_tasks),
-            RequestSequence([r for r in sequence if not r.is_unlearn], sequence.n_tasks))
+            sequence.without_unlearning(unlearnable_age))
 
 
 def _verdicts(paths: list[str] | None) -> dict[str, str]:
@@ -71,8 +75,9 @@ def main(argv=None) -> str:
     parser = script_parser(__doc__, name=NAME,
                            default_methods=(*TABLE1_METHODS, *ABLATION_METHODS, *FIELD_METHODS))
     parser.add_argument("--unlearnable-age", type=int, default=2, metavar="N",
-                        help="the CLPU protocol's age N: a task becomes permanent N learning "
-                             "requests after its own (1 .. n_tasks - 1; default 2)")
+                        help="the CLPU protocol's age N: a task can be unlearned until N "
+                             "tasks were learned after it, and becomes permanent when task "
+                             "t + N starts (1 .. n_tasks - 1; default 2)")
     parser.add_argument("--audit-report", metavar="CSV", action="append",
                         help="an exactness audit's CSV (benchmarks/audit.py) whose verdicts "
                              "fill the audit column; repeatable (a later file's verdict wins)")
@@ -92,12 +97,13 @@ def main(argv=None) -> str:
     if run.requests is not None:        # one sequence given: one protocol, the given one
         protocols = [(f"{run.args.requests}", [])]
     for label, overrides in protocols:
+        generated_with = dict(overrides).get("unlearnable_age")
         for spec in plan(run.methods, run.seeds, run.config, overrides=overrides,
                          requests=run.requests, modules=modules):
             retrained, never = (
                 plan([spec.method], [spec.seed], run.config, overrides=overrides,
                      requests=sequence, modules=modules)[0]
-                for sequence in _references(spec.sequence))
+                for sequence in _references(spec.sequence, generated_with))
             triples.append((label, spec, retrained, never))
     unique = list(dict.fromkeys(s for _, *specs in triples for s in specs))
     options = {**run_options(run.args), "checkpoints": False}

@@ -192,6 +192,16 @@ class RequestSequence(Sequence[Request]):
         drop = set(tasks)
         return RequestSequence([r for r in self._requests if r.task not in drop], self.n_tasks)
 
+    def without_unlearning(self, unlearnable_age: int | None = None) -> RequestSequence:
+        """The sequence its learner would have received had nobody asked to unlearn: every
+        unlearning request removed and, with the ``unlearnable_age`` the sequence was
+        generated with (:func:`generate_requests`), each formerly unlearned task made
+        permanent where that protocol makes every other task permanent (right before the
+        learning request of task + age, if there is one)."""
+        kept = [r for r in self._requests if not r.is_unlearn]
+        _make_permanent(kept, self.unlearned_tasks, unlearnable_age)
+        return RequestSequence(kept, self.n_tasks)
+
     def to_list(self) -> list[dict]:
         """The JSON-ready form: ``[{"kind": "learn", "task": 0}, ...]`` (a permanent learning
         request adds ``"permanent": true``)."""
@@ -328,18 +338,21 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int,
     position after that task's learning request in the list so far (``random.choice`` of the
     positions) — all from Python's generator seeded with ``seed``.
 
-    With ``unlearnable_age`` N (CLArena's, the CLPU protocol), task t becomes permanent N
-    tasks after it was learned: a ``make_permanent`` request of t follows the learning
-    request of task t + N (for t + N < T), t's unlearning request (if drawn) is placed before
-    it, and with N = 0 every task is learned permanently (so ``n_unlearn`` must be 0). The
-    draws are the same as without it, only from fewer positions, so ``None`` (every task
-    temporary for ever, the paper's protocol) gives the sequence it always gave.
+    With ``unlearnable_age`` N (CLArena's, the CLPU protocol), task t can be unlearned while
+    fewer than N tasks were learned after it, and becomes permanent when task t + N starts, as
+    CLArena's experiment loop makes it: t's unlearning request (if drawn) is placed after its
+    learning request and before the learning request of task t + N, and every other task's
+    ``make_permanent`` request right before the learning request of task t + N (after the
+    unlearning requests there; none for t + N ≥ T). With N = 0 every task is learned
+    permanently (so ``n_unlearn`` must be 0). The draws are the same as without it, only from
+    fewer positions, so ``None`` (every task temporary for ever, the paper's protocol) gives
+    the sequence it always gave.
 
     :param n_tasks: T, the number of tasks.
     :param n_unlearn: N_u, the number of unlearning requests (0..T).
     :param seed: the seed of the sequence.
-    :param unlearnable_age: N, the learning requests after which a task is permanent, or
-        ``None`` (never).
+    :param unlearnable_age: N, the number of later learning requests at which a task becomes
+        permanent (it is unlearnable at ages 0 .. N − 1), or ``None`` (never).
     """
     if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or n_tasks < 1:
         raise InvalidRequestSequence(f"n_tasks={n_tasks!r} must be a positive integer")
@@ -369,23 +382,30 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int,
         undrawn.remove(task)
         drawn.append(task)
 
-    def learning(task: int) -> int:
-        return next(i for i, r in enumerate(sequence) if r.is_learn and r.task == task)
-
-    def permanent_at(task: int) -> int | None:
-        """Where ``task``'s make-permanent request goes: right after the learning request
-        of task + N (``None``: it stays temporary)."""
-        if not unlearnable_age or task + unlearnable_age >= n_tasks:
-            return None
-        return learning(task + unlearnable_age) + 1
-
     for task in drawn:
-        end = permanent_at(task)
-        position = rng.choice(range(learning(task) + 1,
+        end = _permanent_at(sequence, task, unlearnable_age)
+        position = rng.choice(range(_learning(sequence, task) + 1,
                                     len(sequence) + 1 if end is None else end + 1))
         sequence.insert(position, Request(UNLEARN, task))
-    for task in sorted(set(range(n_tasks)) - set(drawn)):
-        at = permanent_at(task)
+    _make_permanent(sequence, sorted(set(range(n_tasks)) - set(drawn)), unlearnable_age)
+    return RequestSequence(sequence, n_tasks)
+
+
+def _learning(sequence: Sequence[Request], task: int) -> int | None:
+    """The position of ``task``'s learning request (``None``: not learned)."""
+    return next((i for i, r in enumerate(sequence) if r.is_learn and r.task == task), None)
+
+
+def _permanent_at(sequence: Sequence[Request], task: int, age: int | None) -> int | None:
+    """Where ``task`` becomes permanent under ``unlearnable_age`` ``age``: the position of the
+    learning request of task + age (``None``: it stays temporary)."""
+    return _learning(sequence, task + age) if age else None
+
+
+def _make_permanent(sequence: list[Request], tasks: Iterable[int], age: int | None) -> None:
+    """Insert, in place, the ``make_permanent`` request of each of ``tasks`` where
+    :func:`_permanent_at` puts it (right before the learning request of task + age)."""
+    for task in tasks:
+        at = _permanent_at(sequence, task, age)
         if at is not None:
             sequence.insert(at, Request(MAKE_PERMANENT, task))
-    return RequestSequence(sequence, n_tasks)

@@ -42,8 +42,15 @@ def test_feature_distances_by_hand():
                                                                 / 3)
     # rows: a zero row counts as orthogonal (cosine 0), [1, 0]·[0, 2] = 0
     assert feature_distance(f, g, "cosine") == pytest.approx(1.0)
-    assert feature_distance(f, 2 * f, "cosine") == pytest.approx(1 - 2 / 3)  # zero row: 1
+    assert feature_distance(f, 2 * f, "cosine") == pytest.approx(0.0)  # the zero rows agree
     assert feature_distance(f, f, "cka") == pytest.approx(0.0)
+    # identical features are at distance 0 where the formulas have no value: zero rows, and
+    # constant matrices (CKA 0 by the formula)
+    zeros, constant = np.zeros((3, 2)), np.full((3, 2), 4.0)
+    assert feature_distance(zeros, zeros, "cosine") == 0.0
+    assert feature_distance(constant, constant, "cka") == 0.0
+    assert feature_distance(constant, constant + 1, "cka") == 1.0   # CKA of constants is 0
+    assert feature_distance(zeros, f, "cosine") == pytest.approx(2 / 3)  # one identical row
     with pytest.raises(ValueError, match="unknown feature distance 'l1'"):
         feature_distance(f, g, "l1")
 

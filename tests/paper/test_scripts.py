@@ -17,6 +17,7 @@ from report_data import (
 
 from pall_avalanche import reports as report
 from pall_avalanche.catalog import method_label
+from pall_avalanche.requests import RequestSequence, generate_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--seeds", "0", "--set", "epochs=1", "--train-per-task", "30", "--quiet"]
@@ -175,6 +176,12 @@ def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
     # three records per method, protocol and seed: the run and its two references
     records = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("seed0.json")]
     assert len(records) == 2 * 2 * 3 and all("probe" in r for r in records)
+    # CLPU's never-unlearned reference: the unlearned tasks become permanent as the others
+    clpu = [RequestSequence(r["requests"], 5) for r in records
+            if r["config"].get("unlearnable_age") == 1 and r["method"] == "clpu_derpp"]
+    never = [s for s in clpu if not s.unlearned_tasks and len(s.learned_tasks) == 5]
+    assert never == [generate_requests(5, 0, 0, unlearnable_age=1)]
+    assert str(never[0]) == "L0 M0 L1 M1 L2 M2 L3 M3 L4"
     with pytest.raises(ValueError, match="--unlearnable-age 5 is invalid; valid: 1 .. 4"):
         module.main([*TINY, "--unlearnable-age", "5", "--out", str(tmp_path / "res")])
 
