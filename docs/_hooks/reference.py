@@ -285,14 +285,15 @@ def catalog_markdown() -> str:
 
 
 def committed_reports(root: Path = ROOT) -> list[tuple[str, str, str]]:
-    """(report, title, command) of every committed Markdown report in ``reports/``, the command
-    read from the report's own ``Command:`` line."""
+    """(report, title, command) of every committed Markdown report in ``reports/`` and its
+    folders (``reports/field/``), the command read from the report's own ``Command:`` line."""
     out = []
-    for path in sorted((root / "reports").glob("*.md")):
+    for path in sorted((root / "reports").rglob("*.md")):
         text = path.read_text()
         command = re.search(r"^Command: `(.+?)`", text, re.M)
         title = text.splitlines()[0].lstrip("# ").strip() if text else path.stem
-        out.append((path.name, title, command[1] if command else ""))
+        out.append((path.relative_to(root / "reports").as_posix(), title,
+                    command[1] if command else ""))
     return out
 
 
