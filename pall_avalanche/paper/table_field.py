@@ -2,7 +2,7 @@
 Amnesiac baselines, HAT, Amnesiac HAT and UnCLe on one protocol, with the field's metrics.
 
     python benchmarks/table_field.py                        # digits, every method
-    python benchmarks/table_field.py --benchmark cifar10 --device cuda --jobs 2
+    python benchmarks/table_field.py --benchmark cifar10 --device cuda --methods all,clpu_derpp
     python benchmarks/table_field.py --audit-report reports/audit_digits.csv
 
 Two protocols (docs/fidelity.md, "The field"): the paper's (every task temporary, N_u

@@ -21,6 +21,7 @@ from pall_avalanche.core import DivergedError
 from pall_avalanche.data import check_benchmark
 from pall_avalanche.files import RunWarning
 from pall_avalanche.requests import RequestSequence
+from pall_avalanche.runs.build import check_builds
 from pall_avalanche.runs.engine import RunOptions, run_and_write
 from pall_avalanche.runs.locks import RecordLock, describe_lock
 from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
@@ -136,7 +137,10 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
     ``group``: the W&B group of the runs). A diverged run stops everything, unless
     ``skip_diverged``: then it is left out of the list with a one-line
     :class:`~pall_avalanche.files.RunWarning` (no record is written, so a rerun tries
-    it again; the exactness audit's many seeds and shadow runs go on without it)."""
+    it again; the exactness audit's many seeds and shadow runs go on without it). Before the
+    first run, every missing method's strategy is built once on its model
+    (:func:`~pall_avalanche.runs.build.check_builds`): one that refuses it stops the grid
+    before anything trains."""
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
     if len(set(specs)) != len(specs):
@@ -166,6 +170,7 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
                                                    probe, group))
 
     if missing:
+        check_builds((spec.method, spec.config, spec.seed) for spec in missing)
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
                                     show_progress=show_progress, device=device,
                                     skip_diverged=skip_diverged, poll_seconds=poll_seconds))

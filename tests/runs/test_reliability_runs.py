@@ -133,6 +133,16 @@ def _compete(out: Path, logs: Path, barrier, results) -> None:
                   r["finished_at"]) for r in records])
 
 
+def test_a_method_that_refuses_its_model_stops_the_grid_before_anything_trains(tmp_path):
+    # HAT gates chains of Linear/Conv2d layers only: on a ResNet it is refused when its
+    # strategy is built, which the grid does for every method before the first run, so
+    # Sequential (first in the grid) never trains
+    config = {**FAST_CONFIG, "model": "resnet18", "epochs": 1, "train_per_task": 40}
+    with pytest.raises(ValueError, match="HAT gates the units of a chain of Linear/Conv2d"):
+        run_experiments(["sequential", "hat"], [0, 1], config, tmp_path, show_progress=False)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_two_processes_on_one_folder_split_the_work(tmp_path):
     out, logs = tmp_path / "out", tmp_path / "logs"
     logs.mkdir()
