@@ -35,7 +35,7 @@ from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHO
 from pall_avalanche.cli import main_guard, run_options
 from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics, t_interval
 from pall_avalanche.paper.kit import finish_report, script_parser, start_script
-from pall_avalanche.reports import format_mean_std, summary_frame
+from pall_avalanche.reports import format_mean_std, format_table, summary_frame
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.spec import plan, probe_modules
 from pall_avalanche.runs.wandb_logging import default_group
@@ -132,11 +132,16 @@ def main(argv=None) -> str:
                f"PALL α = {run.config['alpha']:g}; mean ± std over seeds; ToW mean [95 % "
                "t-interval]; DD: feature distance of the unlearned tasks' backbone features "
                "to the retrained reference; AG: accuracy gain of the remaining tasks over the "
-               "never-unlearned reference (points)"])
+               "never-unlearned reference (points)",
+               *([f"Audit: the verdict of {', '.join(run.args.audit_report)} (the exactness "
+                  "audit's own powered setting and sequence, not these runs; a later file "
+                  "wins); 'not audited' where none judged the method"] if verdicts else [])])
 
 
 def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:
-    """The formatted table: one row per protocol and method."""
+    """The formatted table: one row per protocol and method (the paper's metrics as Table 1
+    prints them: an exact method's A_u as *Exact* (x), a row with failed learning checks
+    marked)."""
     def mean_std(name: str, digits: int = 2) -> list[str]:
         return [format_mean_std(row[f"{name}_mean"], row[f"{name}_std"], digits)
                 for _, row in frame.iterrows()]
@@ -146,11 +151,9 @@ def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:
             return "—"
         return f"{row['tow_mean']:.3f} [{row['tow_low']:.3f}, {row['tow_high']:.3f}]"
 
-    cells = pd.DataFrame({
-        "Protocol": frame["point"], "Method": frame["label"],
-        "A_l": mean_std("A_l"),
-        "A_u": mean_std("A_u"),
-        "F_l": mean_std("F_l"), "F_u": mean_std("F_u"),
+    cells = format_table(frame, {"A_l": "A_l", "A_u": "A_u", "F_l": "F_l", "F_u": "F_u"},
+                         index={"point": "Protocol", "label": "Method"})
+    cells = cells.assign(**{
         "DD eucl.": mean_std("dd_euclidean", 3), "DD cos.": mean_std("dd_cosine", 3),
         "1 − CKA": mean_std("dd_cka", 3), "AG": mean_std("accuracy_gain"),
         "ToW": [tow(row) for _, row in frame.iterrows()],

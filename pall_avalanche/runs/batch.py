@@ -5,10 +5,11 @@ records other processes compute (:func:`run_experiments`)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,10 @@ from tqdm.auto import tqdm
 
 from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
 from pall_avalanche.core import DivergedError
-from pall_avalanche.data import check_benchmark
+from pall_avalanche.data import build_benchmark, check_benchmark
 from pall_avalanche.files import RunWarning
 from pall_avalanche.requests import RequestSequence
-from pall_avalanche.runs.build import check_builds
+from pall_avalanche.runs.build import build_run
 from pall_avalanche.runs.engine import RunOptions, run_and_write
 from pall_avalanche.runs.locks import RecordLock, describe_lock
 from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
@@ -29,7 +30,8 @@ from pall_avalanche.runs.spec import RunSpec, plan, probe_modules
 from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
 from pall_avalanche.runs.wandb_logging import WandbSettings, default_group
 
-__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "run_experiments", "run_specs"]
+__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "check_builds", "run_experiments",
+           "run_specs"]
 
 #: How often a run waiting for records locked by another process looks again (seconds).
 LOCK_POLL_SECONDS = 2.0
@@ -139,7 +141,7 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
     :class:`~pall_avalanche.files.RunWarning` (no record is written, so a rerun tries
     it again; the exactness audit's many seeds and shadow runs go on without it). Before the
     first run, every missing method's strategy is built once on its model
-    (:func:`~pall_avalanche.runs.build.check_builds`): one that refuses it stops the grid
+    (:func:`check_builds`): one that refuses it stops the grid
     before anything trains."""
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
@@ -170,11 +172,40 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
                                                    probe, group))
 
     if missing:
-        check_builds((spec.method, spec.config, spec.seed) for spec in missing)
+        check_builds(missing)
         records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
                                     show_progress=show_progress, device=device,
                                     skip_diverged=skip_diverged, poll_seconds=poll_seconds))
     return [records[spec] for spec in specs if records[spec] is not None]
+
+
+def check_builds(specs: Iterable[RunSpec]) -> None:
+    """Build, without training and on the CPU, the strategy of every distinct method and model
+    among ``specs`` (each benchmark built once, with the first seed that names it): a strategy
+    that refuses its model (HAT on a ResNet's skip connections, ...) stops a grid in one line
+    before any run starts, not when its turn comes hours into it. (Here, not in
+    :mod:`pall_avalanche.runs.build`: the records' code fingerprint covers the run's assembly,
+    and this check changes no record.)
+
+    :raises ValueError: (or the strategy's own error) the first refusal.
+    """
+    benchmarks: dict[str, Any] = {}
+    seen: set[tuple[str, str]] = set()
+    for spec in specs:
+        config = spec.config
+        data = json.dumps([config["benchmark"], config["n_tasks"], config.get("data_root"),
+                           config.get("train_per_task")], default=str)
+        model = json.dumps([config["model"], config.get("model_kwargs")], sort_keys=True,
+                           default=str)
+        if (spec.method, data + model) in seen:
+            continue
+        seen.add((spec.method, data + model))
+        if data not in benchmarks:
+            benchmarks[data] = build_benchmark(
+                config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
+                data_root=config.get("data_root"), train_per_task=config.get("train_per_task"))
+        build_run(spec.method, config, seed=spec.seed, benchmark=benchmarks[data],
+                  measured=False)
 
 
 class _Given:

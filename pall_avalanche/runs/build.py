@@ -3,9 +3,8 @@ check, measurement script and test builds one (:func:`build_run`)."""
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,7 @@ from pall_avalanche.evaluation import RequestLog, request_evaluator, request_log
 from pall_avalanche.models import build_model
 from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
 
-__all__ = ["BuiltRun", "build_run", "check_builds", "seed_everything"]
+__all__ = ["BuiltRun", "build_run", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:
@@ -73,29 +72,3 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
     strategy = build_strategy(method, model=model, config=config, device=device,
                               plugins=plugins, evaluator=evaluator)
     return BuiltRun(benchmark, strategy, request_log_of(strategy.evaluator) if measured else None)
-
-
-def check_builds(runs: Iterable[tuple[str, Mapping[str, Any], int]]) -> None:
-    """Build, without training and on the CPU, the strategy of every distinct method and model
-    among ``runs`` ((method, resolved configuration, seed) each; each benchmark built once,
-    with the first seed that names it): a strategy that refuses its model (HAT on a ResNet's
-    skip connections, ...) stops a grid in one line before any run starts, not when its turn
-    comes hours into it.
-
-    :raises ValueError: (or the strategy's own error) the first refusal.
-    """
-    benchmarks: dict[str, Any] = {}
-    seen: set[tuple[str, str]] = set()
-    for method, config, seed in runs:
-        data = json.dumps([config["benchmark"], config["n_tasks"], config.get("data_root"),
-                           config.get("train_per_task")], default=str)
-        model = json.dumps([config["model"], config.get("model_kwargs")], sort_keys=True,
-                           default=str)
-        if (method, data + model) in seen:
-            continue
-        seen.add((method, data + model))
-        if data not in benchmarks:
-            benchmarks[data] = build_benchmark(
-                config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
-                data_root=config.get("data_root"), train_per_task=config.get("train_per_task"))
-        build_run(method, config, seed=seed, benchmark=benchmarks[data], measured=False)

@@ -173,6 +173,8 @@ def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
     markdown = (tmp_path / "table_field_digits.md").read_text()
     for column in ("DD eucl.", "1 − CKA", "AG", "ToW", "Size (MB)", "s / request", "Audit"):
         assert f" {column} |" in markdown
+    rows = [line for line in markdown.splitlines() if line.startswith("| paper | CLPU-DER++")]
+    assert len(rows) == 1 and "| *Exact* (" in rows[0]      # A_u as Table 1 prints it
     # three records per method, protocol and seed: the run and its two references
     records = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("seed0.json")]
     assert len(records) == 2 * 2 * 3 and all("probe" in r for r in records)
