@@ -6,10 +6,16 @@ import json
 import os
 import tempfile
 
-# before anything imports torch: a worker's torch threads would only compete with the other
-# workers for the cores (torch reads this once, when it is first imported)
+# a worker's torch threads would only compete with the other workers for the cores (and spin
+# while they wait: several times slower, not just shared). The variable reaches the processes
+# a test starts; torch itself is imported already (pytest imports the warning category that
+# pyproject.toml's filterwarnings names, pall_avalanche.evaluation.measurement, before this
+# file), so its count is set too.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 os.environ["HOME"] = tempfile.mkdtemp(prefix="pall-avalanche-home-")
 # Avalanche writes this file non-atomically on its first import; written here, processes that
 # start together (--jobs workers, subprocess tests) only ever read it
@@ -19,3 +25,37 @@ with open(_config, "w") as f:
     json.dump({"dataset_location": os.path.join(os.environ["HOME"], ".avalanche", "data")}, f)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core this process may use. pytest-xdist's own count is the
+    machine's physical cores, which in a container limited by a CPU quota (a CI runner) can be
+    many times the cores it gets, and as many workers only slow each other down. Its
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None        # pytest-xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = _cpu_quota()
+    if quota:
+        cores = min(cores or quota, quota)
+    return max(1, cores or 1)
+
+
+def _cpu_quota() -> int | None:
+    """The CPUs a cgroup quota grants (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), rounded up;
+    ``None`` without one."""
+    for quota_file, period_file in (("cpu.max", None),
+                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            with open(f"/sys/fs/cgroup/{quota_file}") as f:
+                fields = f.read().split()
+            if period_file:
+                with open(f"/sys/fs/cgroup/{period_file}") as f:
+                    fields.append(f.read().strip())
+        except OSError:
+            continue
+        quota, period = fields[0], fields[1]
+        if quota in ("max", "-1"):
+            return None
+        return -(-int(quota) // int(period))
+    return None

@@ -262,14 +262,35 @@ def test_eq1_separates_what_kept_the_head_and_not_an_exact_method(tmp_path):
     assert rows["independent"]["auc_head_p"] == 1.0
 
 
-def test_audit_script_end_to_end(tmp_path):
+def _audit_script():
     spec = importlib.util.spec_from_file_location(
         "audit_script", Path(__file__).resolve().parents[2] / "benchmarks" / "audit.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4", "--quiet",
-            "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "300",
+    return script
+
+
+def _audit_argv(tmp_path) -> list[str]:
+    return ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4",
+            "--quiet", "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "300",
             "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
+
+
+@pytest.mark.filterwarnings("ignore:--seeds")       # two seeds: warned, as end to end below
+def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tmp_path):
+    script, argv = _audit_script(), _audit_argv(tmp_path)
+    for bad, message in ((["--n-unlearn", "2"], r"--n-unlearn=2 does not apply"),
+                         (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
+                         (["--permutations", "279"], r"--permutations 279: too few for 14 "
+                                                     r"tests at family-wise 0\.05 .*at least 280")):
+        with pytest.raises(ValueError, match=message):
+            script.main([*argv, *bad])
+    assert not list(tmp_path.rglob("*.json"))          # nothing ran
+
+
+@pytest.mark.slow
+def test_audit_script_end_to_end(tmp_path):
+    script, argv = _audit_script(), _audit_argv(tmp_path)
     with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for Eq. 1's "
                                          r"5-fold cross-validation"):
         script.main(argv)
@@ -303,9 +324,3 @@ def test_audit_script_end_to_end(tmp_path):
             "auc_p_adj"} <= set(numbers.columns)
     assert np.isnan(numbers.loc["independent", "retained_change"])      # keeps no buffer
     assert np.isfinite(numbers.loc[AUDIT_CONTROL, "leak_auc"])
-    for bad, message in ((["--n-unlearn", "2"], r"--n-unlearn=2 does not apply"),
-                         (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
-                         (["--permutations", "279"], r"--permutations 279: too few for 14 "
-                                                     r"tests at family-wise 0\.05 .*at least 280")):
-        with pytest.raises(ValueError, match=message):
-            script.main([*argv, *bad])

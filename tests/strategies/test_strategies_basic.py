@@ -149,7 +149,8 @@ def test_record_model_size_is_the_most_the_method_can_reach(method):
     from pall_avalanche.models import build_model
     from pall_avalanche.runs import run_record
 
-    record = run_record(method, 0, {**FAST_CONFIG, "epochs": 1, "train_per_task": 40})
+    record = run_record(method, 0, {**FAST_CONFIG, "epochs": 1, "train_per_task": 40,
+                                     "n_retrain_iters": 5})
     d = count_parameters(build_model("mlp", input_shape=(1, 8, 8), n_tasks=5,
                                      classes_per_task=2))
     entries = MaskSet.empty(SubnetworkNet(build_model(

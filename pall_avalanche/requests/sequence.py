@@ -1,0 +1,327 @@
+"""Requests and validated request sequences: the model every other part of the package reads.
+
+A sequence is valid when every task is learned at most once, unlearned at most once and only
+after it was learned (paper §3.2), made permanent only while it is learned and temporary, and
+never unlearned once permanent (:class:`RequestSequence` refuses any other).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, overload
+
+import numpy as np
+
+#: The kind of a request that learns a task.
+LEARN: Literal["learn"] = "learn"
+#: The kind of a request that unlearns a task.
+UNLEARN: Literal["unlearn"] = "unlearn"
+#: The kind of a request that makes a learned task permanent.
+MAKE_PERMANENT: Literal["make_permanent"] = "make_permanent"
+#: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
+REQUEST_KINDS = (LEARN, UNLEARN, MAKE_PERMANENT)
+#: The letter of each request in the string form (``L3``; a permanent learning request
+#: ``P3``).
+_LETTERS = {LEARN: "L", UNLEARN: "U", MAKE_PERMANENT: "M"}
+
+
+class InvalidRequestSequence(ValueError):
+    """Raised for a request sequence that is not logically consistent."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One instruction: ``kind`` is ``"learn"``, ``"unlearn"`` or ``"make_permanent"``,
+    ``task`` a task id from 0; ``permanent`` marks a learning request whose task can never be
+    unlearned (CLPU's ``R`` of a new task)."""
+
+    kind: Literal["learn", "unlearn", "make_permanent"]
+    task: int
+    permanent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in REQUEST_KINDS:
+            raise InvalidRequestSequence(
+                f"unknown request kind {self.kind!r}; valid kinds are "
+                + ", ".join(map(repr, REQUEST_KINDS)))
+        if isinstance(self.task, bool) or not isinstance(self.task, (int, np.integer)):
+            raise InvalidRequestSequence(
+                f"task id {self.task!r} is not an integer; task ids are 0, 1, ..."
+            )
+        if not isinstance(self.permanent, bool):
+            raise InvalidRequestSequence(f"permanent={self.permanent!r} must be true or false")
+        if self.permanent and self.kind != LEARN:
+            raise InvalidRequestSequence(
+                f"only a learning request can be permanent, not {self.kind!r} (make a learned "
+                "task permanent with kind 'make_permanent')")
+        object.__setattr__(self, "task", int(self.task))
+
+    @property
+    def is_learn(self) -> bool:
+        """Whether the request learns its task (temporarily or permanently)."""
+        return self.kind == LEARN
+
+    @property
+    def is_unlearn(self) -> bool:
+        """Whether the request unlearns its task."""
+        return self.kind == UNLEARN
+
+    @property
+    def makes_permanent(self) -> bool:
+        """Whether the task is permanent after this request (a permanent learning request or
+        a ``make_permanent`` one)."""
+        return self.permanent or self.kind == MAKE_PERMANENT
+
+    def to_dict(self) -> dict:
+        """``{"kind": ..., "task": ...}``, the JSON form of a request (a permanent learning
+        request adds ``"permanent": True``)."""
+        out = {"kind": self.kind, "task": self.task}
+        if self.permanent:
+            out["permanent"] = True
+        return out
+
+    def __str__(self) -> str:
+        return f"{'P' if self.permanent else _LETTERS[self.kind]}{self.task}"
+
+    @classmethod
+    def parse(cls, token: str) -> Request:
+        """The inverse of ``str()``: ``"L3"`` → learn task 3, ``"P3"`` → learn task 3
+        permanently, ``"U1"`` → unlearn task 1, ``"M1"`` → make task 1 permanent."""
+        match = re.fullmatch(r"([LPUM])(\d+)", token.strip())
+        if match is None:
+            raise InvalidRequestSequence(
+                f"request {token!r} is not L<task> (learn), P<task> (learn permanently), "
+                "U<task> (unlearn) or M<task> (make permanent), e.g. L0 or U2")
+        letter, task = match[1], int(match[2])
+        if letter == "P":
+            return cls(LEARN, task, permanent=True)
+        return cls({"L": LEARN, "U": UNLEARN, "M": MAKE_PERMANENT}[letter], task)
+
+
+class RequestSequence(Sequence[Request]):
+    """An immutable, validated request sequence over tasks ``0..n_tasks-1``.
+
+    :param requests: the requests in order (``Request`` objects or ``{"kind", "task"}`` dicts).
+    :param n_tasks: number of tasks in the benchmark; every task id must be below it.
+    """
+
+    def __init__(self, requests: Iterable[Request | dict], n_tasks: int) -> None:
+        if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or n_tasks < 1:
+            raise InvalidRequestSequence(f"n_tasks={n_tasks!r} must be a positive integer")
+        self._requests = tuple(_as_request(r, i) for i, r in enumerate(requests, start=1))
+        self.n_tasks = n_tasks
+        _validate(self._requests, n_tasks)
+
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Request, ...]: ...
+    def __getitem__(self, index):
+        return self._requests[index]
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._requests)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RequestSequence):
+            return NotImplemented
+        return self._requests == other._requests and self.n_tasks == other.n_tasks
+
+    def __hash__(self) -> int:
+        return hash((self._requests, self.n_tasks))
+
+    def __repr__(self) -> str:
+        return f"RequestSequence([{' '.join(map(str, self._requests))}], n_tasks={self.n_tasks})"
+
+    @property
+    def learned_tasks(self) -> list[int]:
+        """Tasks with a learning request, in request order."""
+        return [r.task for r in self._requests if r.is_learn]
+
+    @property
+    def unlearned_tasks(self) -> list[int]:
+        """Tasks with an unlearning request, in request order."""
+        return [r.task for r in self._requests if r.is_unlearn]
+
+    @property
+    def permanent_tasks(self) -> list[int]:
+        """Tasks permanent at the end, in the order they became permanent."""
+        return [r.task for r in self._requests if r.makes_permanent]
+
+    def active_sets(self) -> list[frozenset[int]]:
+        """Ω_i after each request i (index 0 = after the first request)."""
+        active: set[int] = set()
+        out = []
+        for r in self._requests:
+            if r.is_learn:
+                active.add(r.task)
+            elif r.is_unlearn:
+                active.discard(r.task)
+            out.append(frozenset(active))
+        return out
+
+    def without_tasks(self, tasks: Iterable[int]) -> RequestSequence:
+        """The sequence with every request of the given tasks removed (an oracle sequence)."""
+        drop = set(tasks)
+        return RequestSequence([r for r in self._requests if r.task not in drop], self.n_tasks)
+
+    def without_unlearning(self, unlearnable_age: int | None = None) -> RequestSequence:
+        """The sequence its learner would have received had nobody asked to unlearn: every
+        unlearning request removed and, with the ``unlearnable_age`` the sequence was
+        generated with (:func:`generate_requests`), each formerly unlearned task made
+        permanent where that protocol makes every other task permanent (right before the
+        learning request of task + age, if there is one)."""
+        kept = [r for r in self._requests if not r.is_unlearn]
+        _make_permanent(kept, self.unlearned_tasks, unlearnable_age)
+        return RequestSequence(kept, self.n_tasks)
+
+    def to_list(self) -> list[dict]:
+        """The JSON-ready form: ``[{"kind": "learn", "task": 0}, ...]`` (a permanent learning
+        request adds ``"permanent": true``)."""
+        return [r.to_dict() for r in self._requests]
+
+    def save(self, path: str | Path) -> None:
+        """Write the sequence as a JSON list (the format ``--requests`` reads)."""
+        Path(path).write_text(json.dumps(self.to_list(), indent=1) + "\n")
+
+    @classmethod
+    def parse(cls, text: str, n_tasks: int) -> RequestSequence:
+        """The inverse of ``str()`` of the requests: ``"L0 P1 U0 M1"`` validated for
+        ``n_tasks`` (:meth:`Request.parse`). Comma-separated tokens are read too, so UnCLe's
+        instruction strings (Adhikari et al., 2025: ``"L6,L7,L2,U1"``, 0-based task ids) are
+        sequences of this form."""
+        return cls([Request.parse(token) for token in _tokens(text, "L0 L1 U0")], n_tasks)
+
+    @classmethod
+    def parse_clpu(cls, text: str, n_tasks: int) -> RequestSequence:
+        """A sequence in CLPU's notation (Liu, Liu and Stone, CoLLAs 2022), e.g.
+        ``"R0 T1 T2 R3 R1 F2 T4 F4"`` (their default): ``T<t>`` learns t temporarily,
+        ``R<t>`` learns t permanently, or makes it permanent when it is learned temporarily,
+        ``F<t>`` unlearns (forgets) it."""
+        requests: list[Request] = []
+        learned: set[int] = set()
+        for token in _tokens(text, "R0 T1 F1"):
+            match = re.fullmatch(r"([RTF])(\d+)", token)
+            if match is None:
+                raise InvalidRequestSequence(
+                    f"request {token!r} is not R<task> (remember), T<task> (learn "
+                    "temporarily) or F<task> (forget), e.g. R0 T1 F1")
+            letter, task = match[1], int(match[2])
+            if letter == "F":
+                requests.append(Request(UNLEARN, task))
+            elif letter == "R" and task in learned:
+                requests.append(Request(MAKE_PERMANENT, task))
+            else:
+                requests.append(Request(LEARN, task, permanent=letter == "R"))
+                learned.add(task)
+        return cls(requests, n_tasks)
+
+    def to_clpu(self) -> str:
+        """The sequence in CLPU's notation (the inverse of :meth:`parse_clpu`)."""
+        return " ".join(f"{'F' if r.is_unlearn else 'R' if r.makes_permanent else 'T'}{r.task}"
+                        for r in self._requests)
+
+    def __str__(self) -> str:
+        return " ".join(map(str, self._requests))
+
+    @classmethod
+    def load(cls, path: str | Path, n_tasks: int) -> RequestSequence:
+        """Read a JSON list of ``{"kind", "task"}`` objects and validate it for ``n_tasks``."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise InvalidRequestSequence(f"{path}: not valid JSON ({err})") from None
+        if not isinstance(data, list):
+            raise InvalidRequestSequence(
+                f"{path}: expected a JSON list of {{'kind', 'task'}} objects, "
+                f"got {type(data).__name__}"
+            )
+        if not data:
+            raise InvalidRequestSequence(
+                f"{path}: the list holds no request; give at least one "
+                '{"kind": "learn", "task": t}')
+        return cls(data, n_tasks)
+
+
+def _tokens(text: str, example: str) -> list[str]:
+    tokens = [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    if not tokens:
+        raise InvalidRequestSequence(f"{text!r} holds no request; e.g. {example!r}")
+    return tokens
+
+
+def _as_request(item: Request | dict, position: int) -> Request:
+    if isinstance(item, Request):
+        return item
+    if not isinstance(item, dict) or not {"kind", "task"} <= set(item) <= {
+            "kind", "task", "permanent"}:
+        raise InvalidRequestSequence(
+            f"request {position} is {item!r}; expected an object with the keys 'kind' "
+            "('learn', 'unlearn' or 'make_permanent') and 'task' (an integer), and optionally "
+            "'permanent' (true for a permanent learning request)"
+        )
+    try:
+        return Request(item["kind"], item["task"], item.get("permanent", False))
+    except InvalidRequestSequence as err:
+        raise InvalidRequestSequence(f"request {position}: {err}") from None
+
+
+def _validate(requests: Sequence[Request], n_tasks: int) -> None:
+    learned: set[int] = set()
+    unlearned: set[int] = set()
+    permanent: dict[int, int] = {}
+    for i, r in enumerate(requests, start=1):
+        where = f"request {i} ({r})"
+        if not 0 <= r.task < n_tasks:
+            raise InvalidRequestSequence(
+                f"{where}: unknown task id {r.task}; valid task ids are 0..{n_tasks - 1}"
+            )
+        if r.is_learn:
+            if r.task in learned:
+                raise InvalidRequestSequence(f"{where}: task {r.task} is learned twice")
+            learned.add(r.task)
+        elif r.task not in learned:
+            action = "unlearned" if r.is_unlearn else "made permanent"
+            raise InvalidRequestSequence(f"{where}: task {r.task} is {action} before it was "
+                                         "learned")
+        elif r.task in unlearned:
+            raise InvalidRequestSequence(
+                f"{where}: task {r.task} is unlearned twice" if r.is_unlearn else
+                f"{where}: task {r.task} is made permanent after it was unlearned")
+        elif r.task in permanent:
+            raise InvalidRequestSequence(
+                f"{where}: task {r.task} is permanent since request {permanent[r.task]}; a "
+                "permanent task cannot be unlearned" if r.is_unlearn else
+                f"{where}: task {r.task} is already permanent (since request "
+                f"{permanent[r.task]})")
+        elif r.is_unlearn:
+            unlearned.add(r.task)
+        if r.makes_permanent:
+            permanent[r.task] = i
+
+
+def _learning(sequence: Sequence[Request], task: int) -> int | None:
+    """The position of ``task``'s learning request (``None``: not learned)."""
+    return next((i for i, r in enumerate(sequence) if r.is_learn and r.task == task), None)
+
+
+def _permanent_at(sequence: Sequence[Request], task: int, age: int | None) -> int | None:
+    """Where ``task`` becomes permanent under ``unlearnable_age`` ``age``: the position of the
+    learning request of task + age (``None``: it stays temporary)."""
+    return _learning(sequence, task + age) if age else None
+
+
+def _make_permanent(sequence: list[Request], tasks: Iterable[int], age: int | None) -> None:
+    """Insert, in place, the ``make_permanent`` request of each of ``tasks`` where
+    :func:`_permanent_at` puts it (right before the learning request of task + age)."""
+    for task in tasks:
+        at = _permanent_at(sequence, task, age)
+        if at is not None:
+            sequence.insert(at, Request(MAKE_PERMANENT, task))
