@@ -4,13 +4,17 @@ pytest-xdist worker (one per core, the default) computes with one torch thread."
 
 import json
 import os
+import sys
 import tempfile
+
+#: Whether avalanche was imported before this file set HOME (it would have written the real
+#: ~/.avalanche/config.json); tests/test_startup.py checks that it was not.
+AVALANCHE_BEFORE_HOME = "avalanche" in sys.modules
 
 # a worker's torch threads would only compete with the other workers for the cores (and spin
 # while they wait: several times slower, not just shared). The variable reaches the processes
-# a test starts; torch itself is imported already (pytest imports the warning category that
-# pyproject.toml's filterwarnings names, pall_avalanche.evaluation.measurement, before this
-# file), so its count is set too.
+# a test starts and torch, if nothing imported it before this file; the count is set in torch
+# too, for the case something did.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -25,6 +29,13 @@ with open(_config, "w") as f:
     json.dump({"dataset_location": os.path.join(os.environ["HOME"], ".avalanche", "data")}, f)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def pytest_configure(config):
+    # tests train for a few steps: a task may stay at chance (tests of the flag use
+    # pytest.warns). Added here, after HOME: pytest imports a warning category to resolve it
+    config.addinivalue_line("filterwarnings",
+                            "ignore::pall_avalanche.evaluation.measurement.LearningWarning")
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -1,6 +1,7 @@
 """Commands start without torch: --help, a refusal of bad input and reading records import
 neither torch nor Avalanche (checked in fresh interpreters); the installed console commands
-exist for every script; every entry of the torch-free catalog loads and agrees with its code."""
+exist for every script; every entry of the torch-free catalog loads and agrees with its code.
+The test session itself imports Avalanche only once its conftest gave it a temporary HOME."""
 
 from __future__ import annotations
 
@@ -101,3 +102,11 @@ def test_an_installed_command_runs_from_any_folder(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("pall-table1: error: --epochs 0: epochs")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_suite_imports_avalanche_only_under_its_own_home():
+    # importing avalanche writes ~/.avalanche/config.json: before the conftest's HOME, the
+    # user's own (a warning category in pyproject's filterwarnings did that)
+    import conftest
+
+    assert not conftest.AVALANCHE_BEFORE_HOME
