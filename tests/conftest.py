@@ -45,11 +45,10 @@ def pytest_xdist_auto_num_workers(config):
     ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None        # pytest-xdist's own hook reads it
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
     quota = _cpu_quota()
-    if quota:
-        cores = min(cores or quota, quota)
-    return max(1, cores or 1)
+    return min(cores, quota) if quota else cores
 
 
 def _cpu_quota() -> int | None:

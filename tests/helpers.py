@@ -4,8 +4,10 @@ the official CIFAR-10 layout."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,17 @@ BUILT_IN_METHODS = [m for m, info in METHOD_INFO.items()
 
 # A two-block ViT for 8x8 digits (the ViT-T/8 code path at test scale).
 TINY_VIT = {"patch_size": 4, "width": 24, "depth": 2, "heads": 2, "mlp_dim": 48}
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` loaded as a module (as ``python benchmarks/<name>.py`` runs
+    it), registered in ``sys.modules`` under ``bench_<name>``."""
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def seq(text: str, n_tasks: int = 5) -> RequestSequence:

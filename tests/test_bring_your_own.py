@@ -6,7 +6,6 @@ checked, and its records saying which plugin code made them."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import pytest
 import torch
 import yaml
 from avalanche.benchmarks import nc_benchmark
-from helpers import FAST_CONFIG
+from helpers import FAST_CONFIG, benchmark_script
 from sklearn.datasets import load_digits
 
 from pall_avalanche import register_method, register_model
@@ -44,18 +43,10 @@ def plugin_module():
                 if name.startswith("pall_avalanche_extension_l2_init_plugin_"))
 
 
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script",
-                                                  ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_cli(name: str, args: list[str], capsys) -> tuple[int, str, str]:
     """A script's guarded command line in-process: (exit code, stdout, stderr)."""
     with pytest.raises(SystemExit) as done:
-        script(name).cli(args)
+        benchmark_script(name).cli(args)
     out = capsys.readouterr()
     return done.value.code, out.out, out.err
 

@@ -2,18 +2,17 @@
 files on disk; a broken W&B (online without credentials, unreachable server) never costs the
 record; without --wandb no W&B run exists."""
 
-import importlib.util
 import json
 import warnings
 from pathlib import Path
 
 import pytest
+from helpers import benchmark_script
 from wandb_offline import read_offline_run
 
 from pall_avalanche.runs import wandb_logging
 from pall_avalanche.runs.wandb_logging import WandbSettings
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--seeds", "0", "--set", "epochs=1", "--set", "train_per_task=40", "--quiet"]
 
 
@@ -28,9 +27,7 @@ def wandb_env(tmp_path, monkeypatch):
 
 
 def table1(args, tmp_path):
-    spec = importlib.util.spec_from_file_location("table1_w", ROOT / "benchmarks" / "table1.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_script("table1")
     with pytest.raises(SystemExit) as exit_info:
         module.cli([*args, "--out", str(tmp_path / "out"), "--report-dir",
                     str(tmp_path / "rep"), *FAST])

@@ -91,12 +91,9 @@ class Request:
     def parse(cls, token: str) -> Request:
         """The inverse of ``str()``: ``"L3"`` → learn task 3, ``"P3"`` → learn task 3
         permanently, ``"U1"`` → unlearn task 1, ``"M1"`` → make task 1 permanent."""
-        match = re.fullmatch(r"([LPUM])(\d+)", token.strip())
-        if match is None:
-            raise InvalidRequestSequence(
-                f"request {token!r} is not L<task> (learn), P<task> (learn permanently), "
-                "U<task> (unlearn) or M<task> (make permanent), e.g. L0 or U2")
-        letter, task = match[1], int(match[2])
+        letter, task = _letter_and_task(
+            token, "LPUM", "L<task> (learn), P<task> (learn permanently), U<task> (unlearn) "
+            "or M<task> (make permanent), e.g. L0 or U2")
         if letter == "P":
             return cls(LEARN, task, permanent=True)
         return cls({"L": LEARN, "U": UNLEARN, "M": MAKE_PERMANENT}[letter], task)
@@ -208,12 +205,9 @@ class RequestSequence(Sequence[Request]):
         requests: list[Request] = []
         learned: set[int] = set()
         for token in _tokens(text, "R0 T1 F1"):
-            match = re.fullmatch(r"([RTF])(\d+)", token)
-            if match is None:
-                raise InvalidRequestSequence(
-                    f"request {token!r} is not R<task> (remember), T<task> (learn "
-                    "temporarily) or F<task> (forget), e.g. R0 T1 F1")
-            letter, task = match[1], int(match[2])
+            letter, task = _letter_and_task(
+                token, "RTF", "R<task> (remember), T<task> (learn temporarily) or F<task> "
+                "(forget), e.g. R0 T1 F1")
             if letter == "F":
                 requests.append(Request(UNLEARN, task))
             elif letter == "R" and task in learned:
@@ -255,6 +249,15 @@ def _tokens(text: str, example: str) -> list[str]:
     if not tokens:
         raise InvalidRequestSequence(f"{text!r} holds no request; e.g. {example!r}")
     return tokens
+
+
+def _letter_and_task(token: str, letters: str, expected: str) -> tuple[str, int]:
+    """The letter (one of ``letters``) and task id of a request token such as ``L3``;
+    ``expected`` names the valid forms in the refusal."""
+    match = re.fullmatch(rf"([{letters}])(\d+)", token.strip())
+    if match is None:
+        raise InvalidRequestSequence(f"request {token!r} is not {expected}")
+    return match[1], int(match[2])
 
 
 def _as_request(item: Request | dict, position: int) -> Request:

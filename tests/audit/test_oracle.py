@@ -3,16 +3,14 @@ options and provenance check, and a tiny end-to-end audit on digits with real tr
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_CONFIG, make_strategy, seq
+from helpers import FAST_CONFIG, benchmark_script, make_strategy, seq
 
 from pall_avalanche.audit import (
     AUDIT_REQUESTS,
@@ -262,14 +260,6 @@ def test_eq1_separates_what_kept_the_head_and_not_an_exact_method(tmp_path):
     assert rows["independent"]["auc_head_p"] == 1.0
 
 
-def _audit_script():
-    spec = importlib.util.spec_from_file_location(
-        "audit_script", Path(__file__).resolve().parents[2] / "benchmarks" / "audit.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
-
-
 def _audit_argv(tmp_path) -> list[str]:
     return ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4",
             "--quiet", "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "300",
@@ -278,7 +268,7 @@ def _audit_argv(tmp_path) -> list[str]:
 
 @pytest.mark.filterwarnings("ignore:--seeds")       # two seeds: warned, as end to end below
 def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tmp_path):
-    script, argv = _audit_script(), _audit_argv(tmp_path)
+    script, argv = benchmark_script("audit"), _audit_argv(tmp_path)
     for bad, message in ((["--n-unlearn", "2"], r"--n-unlearn=2 does not apply"),
                          (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
                          (["--permutations", "279"], r"--permutations 279: too few for 14 "
@@ -290,7 +280,7 @@ def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tm
 
 @pytest.mark.slow
 def test_audit_script_end_to_end(tmp_path):
-    script, argv = _audit_script(), _audit_argv(tmp_path)
+    script, argv = benchmark_script("audit"), _audit_argv(tmp_path)
     with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for Eq. 1's "
                                          r"5-fold cross-validation"):
         script.main(argv)

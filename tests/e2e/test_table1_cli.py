@@ -1,7 +1,6 @@
 """benchmarks/table1.py end to end on digits and on CIFAR-10 files: records, the paper's
 layout (PALL once per α), replay, resume, bad input."""
 
-import importlib.util
 import json
 import os
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import write_cifar10
+from helpers import benchmark_script, write_cifar10
 
 from pall_avalanche.checkpoint import load_checkpoint
 from pall_avalanche.config import apply_overrides, for_benchmark
@@ -30,16 +29,9 @@ REQUIRED = {"method", "seed", "benchmark", "requests", "accuracy", "metrics", "t
             "model_size_mb", "config", "versions"}
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("table1_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_main(args, capsys):
     """Run the script's guarded main in-process; return (exit code, stdout, stderr)."""
-    table1 = load_script()
+    table1 = benchmark_script("table1")
     with pytest.raises(SystemExit) as exit_info:
         table1.cli(args)
     out = capsys.readouterr()

@@ -3,13 +3,12 @@ and the scripts' kit (pall_avalanche.paper.kit)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import benchmark_script
 from report_data import (
     cell,
     make_record,
@@ -19,17 +18,7 @@ from pall_avalanche import reports as report
 from pall_avalanche.catalog import method_label
 from pall_avalanche.requests import RequestSequence, generate_requests
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--seeds", "0", "--set", "epochs=1", "--train-per-task", "30", "--quiet"]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}",
-                                                  ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # Table A8 from hand-made runs of 3 tasks: method -> per seed (requests, accuracy matrix), rows
@@ -105,7 +94,7 @@ SCRIPTS = {
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_script_end_to_end(name, tmp_path, capsys):
-    module = _script(name)
+    module = benchmark_script(name)
     argv = [*TINY, *SCRIPTS[name], "--out", str(tmp_path / "res"),
             "--report-dir", str(tmp_path / "rep")]
     markdown = module.main(argv)
@@ -124,7 +113,7 @@ def test_script_end_to_end(name, tmp_path, capsys):
 
 
 def test_retrained_stats_reach_the_record(tmp_path):
-    module = _script("table_retrained")
+    module = benchmark_script("table_retrained")
     module.main([*TINY, "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path)])
     record = json.loads(next((tmp_path / "res").rglob("seed0.json")).read_text())
     assert len(record["unlearning_stats"]) == record["config"]["n_unlearn"]
@@ -141,7 +130,7 @@ def test_retrained_stats_reach_the_record(tmp_path):
 def test_scalability_runs_pall_with_ten_retraining_steps(tmp_path):
     """Table A6 (and Fig. A1) use N_f = 10 for PALL (Table 2's caption); the other methods
     keep the configuration's N_f, and an explicit N_f wins."""
-    module = _script("table_scalability")
+    module = benchmark_script("table_scalability")
     base = [*TINY, "--methods", "derpp,pall", "--n-unlearn-grid", "1"]
     for extra, expected in (([], 10), (["--n-retrain-iters", "5"], 5),
                             (["--set", "methods.pall.n_retrain_iters=7"], 7)):
@@ -157,7 +146,7 @@ def test_scalability_runs_pall_with_ten_retraining_steps(tmp_path):
 def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
     audit = tmp_path / "audit.csv"
     pd.DataFrame({"method": ["clpu_derpp"], "verdict": ["no leak found"]}).to_csv(audit)
-    module = _script("table_field")
+    module = benchmark_script("table_field")
     module.main([*TINY, "--methods", "independent,clpu_derpp", "--unlearnable-age", "1",
                  "--audit-report", str(audit), "--out", str(tmp_path / "res"),
                  "--report-dir", str(tmp_path)])
@@ -204,7 +193,7 @@ def test_closing_summary_counts_runs_and_names_the_best():
 
 
 def test_report_module_cli(tmp_path):
-    _script("table_nf").main([*TINY, "--nf", "0", "5", "--out", str(tmp_path / "res"),
+    benchmark_script("table_nf").main([*TINY, "--nf", "0", "5", "--out", str(tmp_path / "res"),
                               "--report-dir", str(tmp_path)])
     markdown = report.main([str(tmp_path / "res"), "--out", str(tmp_path / "all")])
     assert "n_retrain_iters=0" in markdown and "n_retrain_iters=5" in markdown
@@ -214,12 +203,12 @@ def test_report_module_cli(tmp_path):
 
 def test_bad_input_is_one_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"unknown selection\(s\) \['best'\]"):
-        _script("table_buffer_selection").main([*TINY, "--selections", "best",
+        benchmark_script("table_buffer_selection").main([*TINY, "--selections", "best",
                                                 "--out", str(tmp_path)])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         report.main([str(tmp_path / "missing")])
     # A command-line value for a key the script sweeps would silently collapse the sweep.
     with pytest.raises(ValueError, match=r"the command line sets \['methods.pall.n_unlearn'\]"):
-        _script("fig3").main([*TINY, "--n-unlearn-grid", "1", "2", "--set",
+        benchmark_script("fig3").main([*TINY, "--n-unlearn-grid", "1", "2", "--set",
                               "methods.pall.n_unlearn=2", "--out", str(tmp_path)])
     assert not list(tmp_path.rglob("*.json"))
