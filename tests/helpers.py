@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from pall_avalanche.catalog import METHOD_INFO
@@ -32,6 +33,21 @@ FAST_CONFIG = {
 BUILT_IN_METHODS = [m for m, info in METHOD_INFO.items()
                     if info.where.startswith("pall_avalanche.")
                     and not info.where.startswith("pall_avalanche.audit.")]
+
+#: The methods two per-method tests run in the default suite; the others run them with
+#: ``-m slow``. In the default suite every method still resumes a stopped run bit for bit (the
+#: contract's "resume" check) and learns in Avalanche's own set-ups (an Avalanche model learned
+#: and unlearned, replayed samples through their own task); what the slow suite adds for them
+#: is a killed run's checkpoint contents and heads grown to tasks of 4, 2, 2, 2 classes.
+DEFAULT_SUITE_METHODS = ("pall", "derpp", "clpu_derpp")
+
+
+def default_suite_subset(methods) -> list:
+    """``methods`` as pytest parameters, those outside :data:`DEFAULT_SUITE_METHODS` marked
+    slow."""
+    return [m if m in DEFAULT_SUITE_METHODS else pytest.param(m, marks=pytest.mark.slow)
+            for m in methods]
+
 
 # A two-block ViT for 8x8 digits (the ViT-T/8 code path at test scale).
 TINY_VIT = {"patch_size": 4, "width": 24, "depth": 2, "heads": 2, "mlp_dim": 48}

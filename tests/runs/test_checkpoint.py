@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import BUILT_IN_METHODS, FAST_CONFIG, make_strategy, seq
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, default_suite_subset, make_strategy, seq
 
 from pall_avalanche.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -68,7 +68,7 @@ def same_numbers(a: dict, b: dict) -> None:
         assert a.get(key) == b.get(key), key
 
 
-@pytest.mark.parametrize("method", BUILT_IN_METHODS)
+@pytest.mark.parametrize("method", default_suite_subset(BUILT_IN_METHODS))
 def test_killed_run_resumes_to_the_identical_record(method, tmp_path):
     ckpt = tmp_path / "seed0.ckpt"
     uninterrupted = run_record(method, 0, CONFIG, requests=REQUESTS)

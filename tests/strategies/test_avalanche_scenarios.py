@@ -11,7 +11,7 @@ from avalanche.benchmarks import nc_benchmark
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.models import MTSimpleMLP, MultiHeadClassifier, SimpleMLP, as_multitask
 from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
-from helpers import BUILT_IN_METHODS, FAST_CONFIG
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, default_suite_subset
 from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -88,7 +88,7 @@ def accuracy(logits: torch.Tensor, bm, task: int) -> float:
 
 
 # ------------------------------------------------------------ heads as Avalanche sizes them
-@pytest.mark.parametrize("method", BUILT_IN_METHODS)
+@pytest.mark.parametrize("method", default_suite_subset(BUILT_IN_METHODS))
 def test_every_method_learns_original_class_ids_with_tasks_of_4_2_2_2_classes(method):
     """Avalanche's ``MTSimpleMLP`` as it is (initial_out_features=2, no n_tasks), tasks of 4,
     2, 2, 2 classes with their original ids: every head grows to its task's classes, the
