@@ -42,6 +42,7 @@ __all__ = [
     "register_codec",
     "restore_rng_state",
     "save_checkpoint",
+    "state_to",
 ]
 
 #: The checkpoint layout; a checkpoint of another format is set aside as corrupt and its run
@@ -123,6 +124,19 @@ def decode_state(value: Any, *, where: str = "value") -> Any:
         return {key: decode_state(item, where=f"{where}[{key!r}]") for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         items = [decode_state(item, where=f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else type(value)(items)
+    return value
+
+
+def state_to(value: Any, device: torch.device | str) -> Any:
+    """Encoded state (:func:`encode_state`) with every tensor on ``device``: a checkpoint
+    restored into a strategy on another device than the one it was saved from."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {key: state_to(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [state_to(item, device) for item in value]
         return items if isinstance(value, list) else type(value)(items)
     return value
 

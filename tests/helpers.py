@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pall_avalanche.catalog import METHOD_INFO
+from pall_avalanche.rehearsal.memory import BufferStack
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.build import build_run
 
@@ -234,3 +235,30 @@ class HostSyncDetector:
                 detector.armed = False
 
         return Arm(), Disarm()
+
+
+class BufferDraws:
+    """Records every replay draw from the stacked buffers (``BufferStack.draw``, patched on
+    the class with ``monkeypatch``): :attr:`draws` lists ``(task, j, indices)`` for each task
+    and each of its mini-batches j (0: the MSE mini-batch when β > 0, then the CE one), in the
+    order drawn; :meth:`clear` empties it."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.draws: list[tuple[int, int, torch.Tensor]] = []
+        draw = BufferStack.draw
+
+        def recording(stack, n, repeats=1):
+            index = draw(stack, n, repeats)
+            self.draws += [(task, j, index[g, j]) for g, task in enumerate(stack.tasks)
+                           for j in range(index.shape[1])]
+            return index
+
+        monkeypatch.setattr(BufferStack, "draw", recording)
+
+    def clear(self) -> None:
+        self.draws = []
+
+    @property
+    def tasks(self) -> list[int]:
+        """The task of every drawn mini-batch, in order."""
+        return [task for task, _, _ in self.draws]

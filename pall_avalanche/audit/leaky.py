@@ -94,7 +94,7 @@ class LeakyPALL(PALL):
             kept = in_head if self.leak == "head" else {n: ~m for n, m in in_head.items()}
         else:
             return entries
-        return entries - MaskSet.from_bool(kept)
+        return entries - MaskSet.from_bool(kept).to(entries.device)
 
     def _kept_draws(self, task: int, shapes) -> list[torch.Tensor]:
         """``redraw``'s choice, per tensor of ``shapes``, of the entries that keep their

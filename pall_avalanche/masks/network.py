@@ -23,6 +23,8 @@ from pall_avalanche.masks.selection import (
     slice_counts,
     subnetwork_mask,
 )
+from pall_avalanche.masks.task_statistics import TaskStatistics
+from pall_avalanche.models.grouped import stack_groups
 from pall_avalanche.models.multihead import TaskIncrementalNet, forward_by_task
 from pall_avalanche.models.multitask import MultiHeadNet, task_network
 
@@ -52,7 +54,27 @@ class _MaskedWeight(torch.autograd.Function):
 
 
 
-class SubnetworkNet(MultiTaskModule):
+class _MaskedStack(torch.autograd.Function):
+    """``w ⊙ m_g`` for every stacked 0/1 mask m_g: ``(G, *w.shape)``. The weight's gradient
+    sums the groups' in the memory order of the incoming gradient: a batched linear layer
+    hands back each group's gradient transposed, and a sum over the group dimension in that
+    layout is several times slower on the CPU."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(masks)
+        return weight * masks
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (masks,) = ctx.saved_tensors
+        product = grad * masks
+        order = sorted(range(1, product.dim()), key=lambda d: -product.stride(d))
+        total = product.permute(0, *order).sum(0)
+        return total.permute(*sorted(range(len(order)), key=order.__getitem__)), None
+
+
+class SubnetworkNet(TaskStatistics, MultiTaskModule):
     """A task-incremental network evaluated through per-task subnetwork masks.
 
     - A task with a stored mask runs with ``w ⊙ m_t`` on its maskable parameters. Masks stay
@@ -124,6 +146,9 @@ class SubnetworkNet(MultiTaskModule):
         self.statistics: dict[int, dict[str, torch.Tensor]] = {}
         #: The task whose statistics train-mode forward passes update (its learning request).
         self.statistics_task: int | None = None
+        #: (tasks, their masks and statistics stacked) while :meth:`stacked` runs.
+        self._stack: tuple[tuple[int, ...], dict[str, torch.Tensor],
+                           dict[str, torch.Tensor] | None] | None = None
 
     @property
     def threshold(self) -> str:
@@ -224,79 +249,14 @@ class SubnetworkNet(MultiTaskModule):
         """Store ``mask`` as task ``task``'s mask."""
         self.masks[task] = mask
         self._cache.pop(task, None)
+        self._stack = None
 
     def remove_mask(self, task: int) -> MaskSet:
         """Delete ``task``'s mask (returned) and its normalisation statistics."""
         self._cache.pop(task, None)
+        self._stack = None
         self.statistics.pop(task, None)
         return self.masks.pop(task)
-
-    # ------------------------------------------------------------------ statistics
-    def fresh_statistics(self) -> dict[str, torch.Tensor]:
-        """A fresh set of normalisation statistics (what ``reset_running_stats`` leaves: mean
-        0, variance 1, no batch tracked), buffer name → tensor."""
-        out = {}
-        for name, layer in self.norm_layers.items():
-            out[f"{name}.running_mean"] = torch.zeros_like(layer.running_mean)
-            out[f"{name}.running_var"] = torch.ones_like(layer.running_var)
-            out[f"{name}.num_batches_tracked"] = torch.zeros_like(layer.num_batches_tracked)
-        return out
-
-    def start_statistics(self, task: int) -> None:
-        """``task`` is learned from now on: it gets fresh statistics, which its train-mode
-        forward passes update until :meth:`stop_statistics`."""
-        if self.norm_layers:
-            self.statistics[task] = self.fresh_statistics()
-            self.statistics_task = task
-
-    def stop_statistics(self) -> None:
-        """Freeze the learning task's statistics (they stay stored with its mask)."""
-        self.statistics_task = None
-
-    @torch.no_grad()
-    def refresh_statistics(self, task: int, x: torch.Tensor) -> None:
-        """Recompute ``task``'s statistics from inputs ``x`` (its buffer, after a retraining
-        changed weights they depend on): one train-mode forward pass of ``task`` over all of
-        ``x`` from fresh statistics, each norm layer taking that batch's mean and unbiased
-        variance (momentum 1 for the pass). Nothing else changes."""
-        if not self.norm_layers:
-            return
-        self.statistics[task] = self.fresh_statistics()
-        momenta = {name: layer.momentum for name, layer in self.norm_layers.items()}
-        was_training = self.training
-        self.statistics_task = task
-        try:
-            for layer in self.norm_layers.values():
-                layer.momentum = 1.0
-            self.train()
-            self(x, task)
-        finally:
-            for name, layer in self.norm_layers.items():
-                layer.momentum = momenta[name]
-            self.statistics_task = None
-            self.train(was_training)
-
-    def statistics_floats(self) -> int:
-        """Floats one task's statistics add to the inference size (running mean and variance
-        of every norm layer; the batch count is not needed for inference)."""
-        return sum(layer.running_mean.numel() + layer.running_var.numel()
-                   for layer in self.norm_layers.values())
-
-    def task_statistics(self, task: int) -> dict[str, torch.Tensor]:
-        """The statistics substituted in a forward pass of ``task``: its stored set (a copy in
-        train mode unless it is being learned, so only its own learning request changes it),
-        or fresh statistics for a task without one."""
-        if not self.norm_layers:
-            return {}
-        stored = self.statistics.get(task)
-        if stored is None:
-            return self.fresh_statistics()
-        device = self.device
-        if next(iter(stored.values())).device != device:
-            stored = self.statistics[task] = {n: b.to(device) for n, b in stored.items()}
-        if self.training and task != self.statistics_task:
-            return {name: buffer.clone() for name, buffer in stored.items()}
-        return stored
 
     def mask_state_dict(self) -> dict[str, torch.Tensor]:
         """The stored masks, bit-packed: task (as a string) → one ``uint8`` tensor, the packed
@@ -313,10 +273,11 @@ class SubnetworkNet(MultiTaskModule):
             if packed.numel() != sum(sizes):
                 raise ValueError(f"the mask of task {task} has {packed.numel()} bytes; this "
                                  f"network's maskable parameters need {sum(sizes)}")
-            parts = packed.cpu().split(sizes)
+            parts = packed.to(self.device).split(sizes)
             masks[int(task)] = MaskSet(self.shapes, dict(zip(self.shapes, parts, strict=True)))
         self.masks = masks
         self._cache.clear()
+        self._stack = None
 
     def get_extra_state(self) -> dict[str, torch.Tensor]:
         """The packed masks (:meth:`mask_state_dict`) and every task's statistics, keyed
@@ -326,31 +287,60 @@ class SubnetworkNet(MultiTaskModule):
                    for name, buffer in stored.items()}}
 
     def set_extra_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load :meth:`get_extra_state` onto the network's device."""
         self.load_mask_state_dict({key: v for key, v in state.items() if "/" not in key})
         self.statistics = {}
+        device = self.device
         for key, value in state.items():
             if "/" in key:
                 task, name = key.split("/", 1)
-                self.statistics.setdefault(int(task), {})[name] = value
+                self.statistics.setdefault(int(task), {})[name] = value.to(device)
+
+    def _apply(self, fn, recurse: bool = True):
+        """``Module.to`` / ``cuda`` / ``cpu`` (and casts) also take the stored masks and every
+        task's statistics along: the network's state lives on its device."""
+        super()._apply(fn, recurse)
+        self.masks = {task: MaskSet(m.shapes, {n: fn(p) for n, p in m.packed.items()})
+                      for task, m in self.masks.items()}
+        self.statistics = {task: {n: fn(b) for n, b in stored.items()}
+                           for task, stored in self.statistics.items()}
+        self._cache.clear()
+        self._stack = None
+        return self
 
     def cumulative_mask(self, tasks: Iterable[int] | None = None) -> MaskSet:
         """OR of the stored masks of ``tasks`` (default: all stored)."""
         tasks = self.masks if tasks is None else tasks
-        return MaskSet.union((self.masks[t] for t in tasks), self.shapes)
+        return MaskSet.union((self.masks[t] for t in tasks), self.shapes, self.device)
 
     @contextmanager
-    def unpacked(self, n_tasks: int) -> Iterator[None]:
-        """Keep up to ``n_tasks`` masks unpacked while the block runs (PALL's retraining runs
-        every remaining task in every step: none is unpacked twice), then go back to
-        :attr:`unpacked_cache`."""
-        saved = self.unpacked_cache
-        self.unpacked_cache = max(saved, n_tasks)
+    def stacked(self, tasks: Sequence[int]) -> Iterator[None]:
+        """Keep the masks and statistics of ``tasks`` unpacked and stacked for
+        :meth:`forward_groups` while the block runs (PALL's retraining runs every remaining
+        task in every step: one stack serves all its steps), then drop them."""
+        self._stack = (tuple(tasks), *self._stacked_state(tasks))
         try:
             yield
         finally:
-            self.unpacked_cache = saved
-            while len(self._cache) > saved:
-                del self._cache[next(iter(self._cache))]
+            self._stack = None
+
+    def _stacked_state(self, tasks: Sequence[int]
+                       ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+        """(scored tensor → the masks of ``tasks`` stacked, as 0/1 in the tensor's dtype (a
+        product with them is several times cheaper than a ``where`` on bool masks), all ones
+        for a task without a stored mask; buffer name → their statistics stacked, ``None``
+        without norm layers)."""
+        device = self.device
+        per_task = [self.masks[t].bools(device) if t in self.masks else None for t in tasks]
+        masks = {name: torch.stack([
+            m[name] if m is not None else torch.ones(self.shapes[name], dtype=torch.bool,
+                                                     device=device) for m in per_task]
+            ).to(self.weight(name).dtype) for name in self.scored_names()}
+        if not self.norm_layers:
+            return masks, None
+        statistics = [self._statistics_of(t) for t in tasks]
+        return masks, {name: torch.stack([s[name] for s in statistics])
+                       for name in statistics[0]}
 
     def bool_mask(self, task: int) -> dict[str, torch.Tensor]:
         """The stored mask of ``task`` as bool tensors on the weights' device (cached)."""
@@ -385,3 +375,25 @@ class SubnetworkNet(MultiTaskModule):
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)
+
+    def forward_groups(self, x: torch.Tensor, tasks: Sequence[int]) -> torch.Tensor:
+        """The logits of ``x[g, j]`` through task ``tasks[g]`` (its stored mask and
+        statistics) for every group g and mini-batch j, ``(G, r, k, *input) → (G, r, k, W)``,
+        in one batched pass of a :class:`~pall_avalanche.models.TaskIncrementalNet`
+        (:meth:`~pall_avalanche.models.TaskIncrementalNet.forward_groups`, the tasks' masked
+        weights and statistics stacked; :meth:`stacked` keeps the stacks for many steps); the
+        same as :meth:`forward` per mini-batch up to floating-point reduction order. The
+        learning task (scores, statistics being learned) and the networks of an Avalanche
+        model run one mini-batch after another."""
+        if (not isinstance(self.net, TaskIncrementalNet)
+                or (self.scores is not None and self.learning_task in tasks)
+                or (self.statistics_task is not None and self.statistics_task in tasks)):
+            return stack_groups([[self(batch, int(task)) for batch in group]
+                                 for group, task in zip(x, tasks, strict=True)])
+        if self._stack is not None and self._stack[0] == tuple(tasks):
+            masks, statistics = self._stack[1:]
+        else:
+            masks, statistics = self._stacked_state(tasks)
+        parameters = {name: _MaskedStack.apply(self.weight(name), masks[name])
+                      for name in self.scored_names()}
+        return self.net.forward_groups(x, tasks, parameters=parameters, statistics=statistics)

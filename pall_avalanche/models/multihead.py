@@ -19,19 +19,23 @@ is unchanged).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
 from avalanche.models import MultiTaskModule
 from torch import nn
+from torch.func import functional_call
 from torch.nn import functional as F
+
+from pall_avalanche.models.grouped import MASK_VALUE, batchable, stack_groups, vmap_backbone
 
 __all__ = ["MASK_VALUE", "TaskIncrementalNet", "evaluated_widths", "forward_by_task",
            "pad_logits"]
 
-#: The logit of a unit a task does not use (Avalanche's ``MultiHeadClassifier`` default).
-MASK_VALUE = -1000.0
+#: How many index sets (one per combination of tasks, class ids and device) a network keeps
+#: for :meth:`TaskIncrementalNet.forward_groups`.
+_GROUP_INDEX_CACHE = 8
 
 
 def pad_logits(logits: torch.Tensor, width: int) -> torch.Tensor:
@@ -97,6 +101,8 @@ class TaskIncrementalNet(MultiTaskModule):
         self._classes: dict[int, tuple[int, ...]] = {}
         #: task → the logits' width its evaluation experiences need (:func:`evaluated_widths`)
         self._widths: dict[int, int] = {}
+        #: (tasks, class ids, widths, device) → the indices of :meth:`forward_groups`
+        self._group_indices: dict[tuple, tuple[torch.Tensor, torch.Tensor | None, int]] = {}
         self._register_load_state_dict_pre_hook(self._classes_from_state)
 
     def head_rows(self, task: int) -> slice:
@@ -228,3 +234,79 @@ class TaskIncrementalNet(MultiTaskModule):
 
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)
+
+    def forward_groups(self, x: torch.Tensor, tasks: Sequence[int], *,
+                       parameters: Mapping[str, torch.Tensor] | None = None,
+                       statistics: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The logits of ``x[g, j]`` through task ``tasks[g]`` for every group g and mini-batch
+        j, ``(G, r, k, *input) → (G, r, k, W)``, in one batched pass: the backbone under
+        ``vmap`` (:func:`~pall_avalanche.models.grouped.vmap_backbone`), the heads as one
+        batched product of each task's rows, the class ids placed as :meth:`head_logits`
+        places them (widths padded to the widest with :data:`MASK_VALUE`). A backbone that
+        cannot run under ``vmap`` (:func:`~pall_avalanche.models.grouped.batchable`) runs the
+        mini-batches one by one.
+
+        A task-aware backbone is called with the first group's task, each group's own task
+        parameters (:meth:`task_parameters`: ViT's tokens) substituted for it: a task-aware
+        backbone's passes differ by task through those parameters only.
+
+        :param parameters: backbone parameters (names as in this network's ``state_dict``)
+            substituted per group, each stacked over the G groups (a subnetwork's masked
+            weights).
+        :param statistics: the running statistics of the backbone's norm layers (names as in
+            the ``state_dict``) substituted per group, stacked over the groups; what a
+            train-mode pass adds to them is dropped. ``None``: the backbone's own, updated as
+            the passes one after another would update them.
+        """
+        if not batchable(self.backbone):
+            return stack_groups([[functional_call(
+                self, {**{n: v[g] for n, v in (parameters or {}).items()},
+                       **{n: v[g] for n, v in (statistics or {}).items()}},
+                (batch, int(task)), strict=False) for batch in group]
+                for g, (group, task) in enumerate(zip(x, tasks, strict=True))])
+        substituted = {name.removeprefix("backbone."): value
+                       for name, value in (parameters or {}).items()}
+        aware = getattr(self.backbone, "task_aware", False)
+        own = self.task_parameters(tasks[0]) if aware else []
+        if own:
+            names = {id(p): name for name, p in self.backbone.named_parameters()}
+            for slot, parameter in enumerate(own):
+                substituted[names[id(parameter)]] = torch.stack(
+                    [self.task_parameters(t)[slot] for t in tasks])
+        features = vmap_backbone(
+            self.backbone, x, parameters=substituted, arguments=(tasks[0],) if aware else (),
+            statistics=None if statistics is None else {
+                name.removeprefix("backbone."): value for name, value in statistics.items()})
+        rows, columns, width = self._group_index(tasks, x.device)
+        groups, repeats = x.shape[:2]
+        logits = torch.bmm(features.flatten(1, 2), self.head.weight[rows].transpose(1, 2))
+        logits = logits.view(groups, repeats, -1, logits.shape[-1])
+        if columns is None:
+            return logits
+        placed = logits.new_full((*logits.shape[:-1], width + 1), MASK_VALUE)
+        return placed.scatter(-1, columns[:, None, None, :].expand(*logits.shape),
+                              logits)[..., :width]
+
+    def _group_index(self, tasks: Sequence[int], device: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """For :meth:`forward_groups`: each task's head rows ``(G, C)``; the column each of
+        its units goes to (``None`` when every task's logits are its block as it is; a unit a
+        task does not use goes to a spare column past the logits, dropped afterwards); the
+        logits' width. Kept per combination of tasks, class ids, widths and device, so a
+        training step hands nothing between host and device."""
+        per_task = self.classes_per_task
+        classes = tuple(self._classes.get(t) for t in tasks)
+        key = (tuple(tasks), classes, tuple(self._widths.get(t, 0) for t in tasks), device)
+        if key not in self._group_indices:
+            width = max(max(max(c) + 1 if c else per_task, w)
+                        for c, w in zip(classes, key[2], strict=True))
+            rows = torch.tensor([[t * per_task + u for u in range(per_task)] for t in tasks])
+            columns = None
+            if width != per_task or any(c is not None for c in classes):
+                columns = torch.tensor([[(c[u] if u < len(c) else width) if c else u
+                                         for u in range(per_task)] for c in classes])
+                columns = columns.to(device, non_blocking=True)
+            if len(self._group_indices) >= _GROUP_INDEX_CACHE:
+                del self._group_indices[next(iter(self._group_indices))]
+            self._group_indices[key] = (rows.to(device, non_blocking=True), columns, width)
+        return self._group_indices[key]

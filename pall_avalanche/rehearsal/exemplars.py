@@ -111,27 +111,42 @@ def select_exemplars(targets: torch.Tensor, n: int, selection: str = "random", *
     return torch.cat(picked).sort().values
 
 
-def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int) -> torch.Tensor:
+def class_starts(labels: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """Where each class starts in ``labels`` sorted, per row: ``(..., len) → (..., c)``, the
+    number of samples of every smaller class."""
+    counts = F.one_hot(labels, n_classes).sum(-2)
+    return counts.cumsum(-1) - counts
+
+
+def class_stratified_indices(labels: torch.Tensor, n: int, n_classes: int,
+                             starts: torch.Tensor | None = None) -> torch.Tensor:
     """``n`` distinct random indices of ``labels`` drawn class-stratified as the paper's
     reference draws a buffer's mini-batches (docs/fidelity.md, "Baselines"): with n ≥ c
     classes, ``n // c`` from each class (all of a class with fewer), then the rest uniformly
     from the samples not drawn yet (so not necessarily spread over the classes); with n < c,
-    ``n`` samples uniformly at random. ``min(n, len(labels))`` indices in all. Drawn on the
-    labels' device with its generator, nothing handed to the host.
+    ``n`` samples uniformly at random. ``min(n, len)`` indices in all. Every row of a
+    ``(..., len)`` ``labels`` is drawn on its own, all rows in one batched draw (the buffers
+    of many tasks at once); drawn on the labels' device with its generator, nothing handed to
+    the host.
+
+    How: sorting ``label + u`` (u uniform in [0, 1)) lists every class's samples in a uniformly
+    random order, the classes one after another; a sample's rank within its class is its
+    position minus its class's start (:func:`class_starts`); the first ``n // c`` of each
+    class come first, then the others in a second random order.
 
     :param labels: the class of each sample, in 0 .. ``n_classes`` − 1 (any device; the
-        indices come back on it).
-    :param n: how many indices to draw.
-    :param n_classes: c, the number of classes (each present in ``labels``).
+        indices come back on it), ``(len,)`` or rows of samples ``(..., len)``.
+    :param n: how many indices to draw (per row).
+    :param n_classes: c, the number of classes (each present in every row).
+    :param starts: :func:`class_starts` of ``labels`` (computed when not given; a caller
+        drawing from the same labels many times keeps it).
     """
-    device = labels.device
-    order = torch.randperm(len(labels), device=device)
-    slot = labels[order]
-    # position of each sample within its class, in the random order
-    rank = F.one_hot(slot, n_classes).cumsum(0).gather(1, slot[:, None]).squeeze(1) - 1
-    per_class = n // n_classes
-    # the stratified draws first, then every other sample in a second random order
-    key = torch.where(rank < per_class, -1, torch.randperm(len(labels), device=device))
-    return order[torch.argsort(key, stable=True)[:n]]
-
-
+    rows = labels.reshape(-1, labels.shape[-1])
+    starts = (class_starts(rows, n_classes) if starts is None
+              else starts.reshape(-1, n_classes))
+    order = (rows + torch.rand(rows.shape, device=rows.device)).argsort(dim=1)
+    sorted_labels = rows.gather(1, order)
+    rank = torch.arange(rows.shape[1], device=rows.device) - starts.gather(1, sorted_labels)
+    key = torch.where(rank < n // n_classes, -1.0, torch.rand(rows.shape, device=rows.device))
+    picked = order.gather(1, key.argsort(dim=1, stable=True)[:, :n])
+    return picked.reshape(*labels.shape[:-1], picked.shape[-1])

@@ -3,6 +3,8 @@ for DER++ and PALL with their logits), its selection, storage and state."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,6 +15,7 @@ from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.models import backbones
 from pall_avalanche.rehearsal.exemplars import (
     SELECTIONS,
+    class_starts,
     class_stratified_indices,
     select_exemplars,
 )
@@ -20,7 +23,10 @@ from pall_avalanche.rehearsal.exemplars import (
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["EpisodicMemory", "logits_and_features"]
+__all__ = ["BufferStack", "EpisodicMemory", "logits_and_features"]
+
+#: How many stacks of buffers (one per combination of tasks) a memory keeps.
+_STACK_CACHE = 4
 
 
 @torch.no_grad()
@@ -54,6 +60,54 @@ def logits_and_features(net: torch.nn.Module, dataset, task: int, batch: int,
             handle.remove()
     features = torch.cat([f.flatten(1) for f in captured]) if captured else logits
     return logits, features
+
+
+@dataclass(frozen=True)
+class BufferStack:
+    """The buffers of some tasks, all of one size and one number of classes, stacked: one
+    batched draw and one gather serve them all (:meth:`EpisodicMemory.stacks`).
+
+    :param tasks: the tasks, in order (G of them).
+    :param x: their samples, ``(G, n, *input)``.
+    :param y: their labels, ``(G, n)``.
+    :param z: their stored logits, ``(G, n, W)``, or ``None``.
+    :param labels: each sample's class as its position among its task's classes, ``(G, n)``.
+    :param classes: each task's classes (sorted label values), ``(G, c)``.
+    :param starts: :func:`class_starts` of ``labels``, ``(G, c)``.
+    :param rows: ``0 .. G − 1`` as ``(G, 1, 1)``, to gather drawn indices.
+    """
+
+    tasks: tuple[int, ...]
+    x: torch.Tensor
+    y: torch.Tensor
+    z: torch.Tensor | None
+    labels: torch.Tensor
+    classes: torch.Tensor
+    starts: torch.Tensor
+    rows: torch.Tensor
+
+    def draw(self, n: int, repeats: int = 1) -> torch.Tensor:
+        """``repeats`` class-stratified draws of ``n`` indices from every buffer
+        (:func:`class_stratified_indices`, all in one batched draw), ``(G, repeats, m)``,
+        m = min(n, buffer size)."""
+        return class_stratified_indices(
+            self.labels.unsqueeze(1).expand(-1, repeats, -1), n, self.classes.shape[1],
+            self.starts.unsqueeze(1).expand(-1, repeats, -1))
+
+    def gather(self, index: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(x, y, z) of the drawn ``index`` ``(G, r, m)``: ``(G, r, m, ...)`` each."""
+        return (self.x[self.rows, index], self.y[self.rows, index],
+                None if self.z is None else self.z[self.rows, index])
+
+    def columns(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` ``(G, ..., W)`` restricted to each task's classes, ``(G, ..., c)`` (as
+        they are when its classes are every unit of its logits)."""
+        count = self.classes.shape[1]
+        if count == logits.shape[-1]:
+            return logits
+        index = self.classes.view(len(self.tasks), *([1] * (logits.dim() - 2)), count)
+        return logits.gather(-1, index.expand(*logits.shape[:-1], count))
 
 
 class EpisodicMemory(UnlearningPlugin):
@@ -116,9 +170,11 @@ class EpisodicMemory(UnlearningPlugin):
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
         #: task → its classes (sorted label values), on the buffer's device.
         self.classes: dict[int, torch.Tensor] = {}
-        #: task → the positions in its training dataset of the stored samples (CPU; the
-        #: exactness audit attacks buffer members against the task's other samples).
+        #: task → the positions in its training dataset of the stored samples (the exactness
+        #: audit attacks buffer members against the task's other samples).
         self.indices: dict[int, torch.Tensor] = {}
+        #: tasks → (their buffers as stacked, the stacks): :meth:`stacks`
+        self._stacks: dict[tuple[int, ...], tuple[list, list[BufferStack]]] = {}
 
     def share(self) -> int:
         """The samples the next task's buffer gets (module docstring, "Capacity")."""
@@ -130,9 +186,8 @@ class EpisodicMemory(UnlearningPlugin):
         chosen uniformly at random (it never gains any)."""
         for task, (x, y, z) in self.buffers.items():
             if len(x) > size:
-                keep = select_exemplars(y.cpu(), size)
+                keep = select_exemplars(y.cpu(), size).to(x.device)
                 self.indices[task] = self.indices[task][keep]
-                keep = keep.to(x.device)
                 self.buffers[task] = (x[keep], y[keep], None if z is None else z[keep])
 
     @torch.no_grad()
@@ -161,7 +216,7 @@ class EpisodicMemory(UnlearningPlugin):
         z = logits[index].to(strategy.device) if self.store_logits else None
         self.buffers[task] = (x, y, z)
         self.classes[task] = classes.to(strategy.device)
-        self.indices[task] = index.cpu()
+        self.indices[task] = index.to(strategy.device)
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         if self.delete_on_unlearning:
@@ -172,6 +227,38 @@ class EpisodicMemory(UnlearningPlugin):
         del self.buffers[task]
         del self.classes[task]
         del self.indices[task]
+
+    def stacks(self, tasks: Sequence[int]) -> list[BufferStack]:
+        """The buffers of ``tasks`` as :class:`BufferStack` s, one per combination of buffer
+        size and number of classes (one for the paper's a-priori split), in order of first
+        appearance; kept while the buffers stay as they are."""
+        key = tuple(tasks)
+        current = [(self.buffers[t], self.classes[t]) for t in key]
+        kept = self._stacks.get(key)
+        if kept is not None and all(a is b and c is d for (a, c), (b, d)
+                                    in zip(kept[0], current, strict=True)):
+            return kept[1]
+        parts: dict[tuple, list[int]] = {}
+        for task in key:
+            _, y, z = self.buffers[task]
+            shape = (len(y), len(self.classes[task]), None if z is None else z.shape[1])
+            parts.setdefault(shape, []).append(task)
+        out = []
+        for part in parts.values():
+            x, y, z = (list(column) for column in zip(*(self.buffers[t] for t in part),
+                                                       strict=True))
+            classes = torch.stack([self.classes[t] for t in part])
+            labels = torch.stack([torch.searchsorted(self.classes[t], self.buffers[t][1])
+                                  for t in part])
+            out.append(BufferStack(
+                tuple(part), torch.stack(x), torch.stack(y),
+                None if z[0] is None else torch.stack(z), labels, classes,
+                class_starts(labels, classes.shape[1]),
+                torch.arange(len(part), device=labels.device).view(-1, 1, 1)))
+        if len(self._stacks) >= _STACK_CACHE:
+            del self._stacks[next(iter(self._stacks))]
+        self._stacks[key] = (current, out)
+        return out
 
     def draw(self, task: int, n: int) -> torch.Tensor:
         """``n`` class-stratified indices of B^t (:func:`class_stratified_indices`)."""

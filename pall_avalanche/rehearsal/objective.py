@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.nn import functional as F
 
+from pall_avalanche.models.grouped import forward_groups
+
 if TYPE_CHECKING:
     from pall_avalanche.rehearsal.memory import EpisodicMemory
     from pall_avalanche.strategies.base import UnlearningTemplate
@@ -56,34 +58,49 @@ class ReplayObjective:
         self.beta = beta
         self.ce_weight = ce_weight
 
-    def replay_loss(self, net: torch.nn.Module, tasks: Sequence[int], per_task: int
+    def replay_loss(self, strategy: UnlearningTemplate, tasks: Sequence[int], per_task: int
                     ) -> torch.Tensor:
         """Mean over τ in ``tasks`` of β·MSE(f(x'), z') on ``per_task`` samples of B^τ (over τ's
         classes' logits) plus ``ce_weight``·CE(f(x), y) on ``per_task`` others (none drawn when
-        ``ce_weight`` is 0), each sample through its own task's head, every mini-batch
-        class-stratified (drawn in that order, as the paper's reference does)."""
+        ``ce_weight`` is 0), each mini-batch its own forward pass through its own task's head
+        (and subnetwork), every mini-batch class-stratified, as the paper's reference
+        computes it.
+
+        All of it at once, whatever |Ω|: one batched draw from the stacked buffers
+        (:meth:`~pall_avalanche.rehearsal.EpisodicMemory.stacks`), one forward pass of every
+        mini-batch (:func:`~pall_avalanche.models.grouped.forward_groups`), the per-task
+        terms as one vector each (docs/explanation/performance.md). With ``amp="bf16"`` the
+        forward pass runs under the strategy's bfloat16 autocast, the loss in float32.
+        """
+        net = strategy.model
+        repeats = bool(self.beta) + bool(self.ce_weight)
         loss = None
-        for task in tasks:
-            x, y, z = self.memory.buffers[task]
+        for stack in self.memory.stacks(tasks):
+            x, y, z = stack.gather(stack.draw(per_task, repeats))
+            with strategy.speed.autocast(strategy.device):
+                logits = forward_groups(net, x, stack.tasks)
+            logits = logits.float()
+            # every task's mini-batch has the same size here: the sum over the tasks of each
+            # one's mean is G times the mean over all of them
+            groups = len(stack.tasks)
+            terms = []
             if self.beta:
-                mse_index = self.memory.draw(task, per_task)
-                columns = self.memory.task_columns
-                term = self.beta * F.mse_loss(columns(task, net(x[mse_index], task)),
-                                              columns(task, z[mse_index]))
-                loss = term if loss is None else loss + term
+                terms.append(self.beta * groups * F.mse_loss(stack.columns(logits[:, 0]),
+                                                             stack.columns(z[:, 0])))
             if self.ce_weight:
-                ce_index = self.memory.draw(task, per_task)
-                term = F.cross_entropy(net(x[ce_index], task), y[ce_index])
-                if self.ce_weight != 1.0:
-                    term = self.ce_weight * term
-                loss = term if loss is None else loss + term
+                terms.append(self.ce_weight * groups * F.cross_entropy(
+                    logits[:, -1].flatten(0, 1), y[:, -1].flatten()))
+            part = terms[0] if len(terms) == 1 else terms[0] + terms[1]
+            loss = part if loss is None else loss + part
         return loss / len(tasks)
 
-    def uniform_loss(self, net: torch.nn.Module, task: int, n: int) -> torch.Tensor:
+    def uniform_loss(self, strategy: UnlearningTemplate, task: int, n: int) -> torch.Tensor:
         """CE of ``n`` class-stratified samples of B^t (through t's head) towards the uniform
         distribution over t's classes: minimal when t's predictions are at chance."""
         x, _, _ = self.memory.buffers[task]
-        logits = net(x[self.memory.draw(task, n)], task)
+        with strategy.speed.autocast(strategy.device):
+            logits = strategy.model(x[self.memory.draw(task, n)], task)
+        logits = logits.float()
         return F.cross_entropy(logits, uniform_target(logits, self.memory.classes[task]))
 
     def steps(self, strategy: UnlearningTemplate, tasks: Sequence[int], *,
@@ -107,14 +124,13 @@ class ReplayObjective:
         if not tasks and forget is None:
             raise ValueError("replay steps need remaining tasks or a task to forget; got "
                              f"tasks={list(tasks)} and forget=None")
-        net = strategy.model
         batch = strategy.train_mb_size
         per_task = max(1, batch // len(tasks)) if tasks else 0
 
         def loss() -> torch.Tensor:
-            total = self.uniform_loss(net, forget, batch) if forget is not None else 0.0
+            total = self.uniform_loss(strategy, forget, batch) if forget is not None else 0.0
             if tasks:
-                total = total + self.replay_loss(net, tasks, per_task)
+                total = total + self.replay_loss(strategy, tasks, per_task)
             return total
 
         strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 
 import torch
 from avalanche.models import MultiTaskModule
@@ -27,6 +28,7 @@ from torch import nn
 
 from pall_avalanche.catalog import CLPU_SIZE
 from pall_avalanche.models import count_parameters
+from pall_avalanche.models.grouped import forward_groups, stack_groups
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multihead import forward_by_task
 from pall_avalanche.models.multitask import task_network
@@ -87,6 +89,15 @@ class CLPUNetworks(MultiTaskModule):
     def forward_single_task(self, x: torch.Tensor, task_label: int) -> torch.Tensor:
         return self.forward(x, task_label)
 
+    def forward_groups(self, x: torch.Tensor, tasks: Sequence[int]) -> torch.Tensor:
+        """:func:`~pall_avalanche.models.grouped.forward_groups` of the main network when it
+        answers every task (CLPU's replay of the permanent tasks), else one mini-batch after
+        another."""
+        if not any(self.has_side(t) for t in tasks):
+            return forward_groups(self.main, x, tasks)
+        return stack_groups([[self(batch, int(task)) for batch in group]
+                             for group, task in zip(x, tasks, strict=True)])
+
 
 class PermanentReplayPlugin(UnlearningPlugin):
     """While a task is learned permanently, adds DER++ rehearsal of the permanent tasks'
@@ -105,8 +116,7 @@ class PermanentReplayPlugin(UnlearningPlugin):
         tasks = strategy.permanent_tasks
         if strategy.learning_permanently and tasks:
             per_task = max(1, strategy.train_mb_size // len(tasks))
-            strategy.loss = strategy.loss + self.replay.replay_loss(
-                strategy.model, tasks, per_task)
+            strategy.loss = strategy.loss + self.replay.replay_loss(strategy, tasks, per_task)
 
 
 class CLPUDERpp(UnlearningTemplate):
@@ -195,9 +205,9 @@ class CLPUDERpp(UnlearningTemplate):
         batch = self.train_mb_size
 
         def loss() -> torch.Tensor:
-            total = self.replay.replay_loss(self.model, [task], batch)
+            total = self.replay.replay_loss(self, [task], batch)
             if permanent:
-                total = total + self.replay.replay_loss(self.model, permanent, per_task)
+                total = total + self.replay.replay_loss(self, permanent, per_task)
             return total
 
         main = [p for p in self.model.main.parameters() if p.requires_grad]

@@ -43,9 +43,11 @@ class RetrainingLedger:
     def record(self, entries: MaskSet, buffer_tasks: Iterable[int]) -> None:
         self.events.append((entries, set(buffer_tasks)))
 
-    def updated_with(self, task: int, shapes: Mapping[str, torch.Size]) -> MaskSet:
-        """Entries any recorded retraining updated using ``task``'s buffer."""
-        return MaskSet.union((e for e, tasks in self.events if task in tasks), shapes)
+    def updated_with(self, task: int, shapes: Mapping[str, torch.Size],
+                     device: torch.device | str = "cpu") -> MaskSet:
+        """Entries any recorded retraining updated using ``task``'s buffer (the empty set on
+        ``device`` when none did)."""
+        return MaskSet.union((e for e, tasks in self.events if task in tasks), shapes, device)
 
     def forget(self, task: int) -> None:
         """Drop ``task`` from every event (its buffer is gone); drop events with no task."""
@@ -134,7 +136,7 @@ class PALL(SubnetworkStrategy):
         earlier = order[:order.index(task)]
         mask = net.masks[task]
         return (mask - net.cumulative_mask(earlier)) | (
-            mask & self.ledger.updated_with(task, net.shapes))
+            mask & self.ledger.updated_with(task, net.shapes, net.device))
 
     def cascade_set(self, task: int) -> MaskSet:
         """The own entries of the remaining tasks learned after t: for each such τ,
@@ -144,7 +146,7 @@ class PALL(SubnetworkStrategy):
         net: SubnetworkNet = self.model
         order = self.stored_order()
         position = order.index(task)
-        out = MaskSet.empty(net.shapes)
+        out = MaskSet.empty(net.shapes, net.device)
         for i, later in enumerate(order[position + 1:], start=position + 1):
             out = out | (net.masks[later] - net.cumulative_mask(order[:i]))
         return out
@@ -175,7 +177,7 @@ class PALL(SubnetworkStrategy):
                 self._refresh_statistics(retrain)
         self.ledger.forget(task)
         if not self.active_tasks:
-            redraw_(net, MaskSet.full(net.shapes))
+            redraw_(net, MaskSet.full(net.shapes, net.device))
         self._record_stats(before, redrawn, forget, retrain)
 
     def _refresh_statistics(self, changed: MaskSet) -> None:
@@ -197,7 +199,9 @@ class PALL(SubnetworkStrategy):
         on a class-stratified minibatch of B^τ plus CE on a second one (batch_size // |Ω|
         each), averaged over tasks. With ``retrain_tokens`` the remaining tasks' own token
         parameters (a ViT's CLS token and positional embedding) train too, every entry, as in
-        the paper's reference. The remaining tasks' masks stay unpacked for the N_f steps."""
+        the paper's reference. The remaining tasks' masks and statistics stay stacked for the
+        N_f steps (:meth:`~pall_avalanche.masks.SubnetworkNet.stacked`), and every step runs
+        all of them in one batched pass (:meth:`ReplayObjective.replay_loss`)."""
         net: SubnetworkNet = self.model
         device = net.device
         params = [w for _, w in net.named_weights()]
@@ -207,7 +211,7 @@ class PALL(SubnetworkStrategy):
             else []
         if tokens:
             groups.append({"params": tokens, "weight_decay": 0.0})
-        with net.unpacked(len(tasks)):
+        with net.stacked(tasks):
             self.replay.steps(self, tasks, param_groups=groups, n_iters=self.n_retrain_iters,
                               trainable=trainable)
 

@@ -61,8 +61,7 @@ class LearningReplayPlugin(UnlearningPlugin):
         tasks = strategy.active_tasks
         if tasks:
             per_task = max(1, strategy.train_mb_size // len(tasks))
-            strategy.loss = strategy.loss + self.replay.replay_loss(
-                strategy.model, tasks, per_task)
+            strategy.loss = strategy.loss + self.replay.replay_loss(strategy, tasks, per_task)
 
 
 class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from helpers import FAST_CONFIG, make_strategy, seq
+from helpers import FAST_CONFIG, BufferDraws, make_strategy, seq
 from torch.nn import functional as F
 
 from pall_avalanche.checkpoint import (
@@ -110,41 +110,31 @@ def test_an_amnesiac_method_learns_exactly_as_its_learner(method):
 
 class ReplayLossSpy(UnlearningPlugin):
     """Every learning step's total loss (after the method's replay term), its mini-batch's
-    logits and labels, the active tasks, the model's state and the step's buffer draws
-    (:meth:`record_draws` wraps ``memory.draw``)."""
+    logits and labels, the active tasks, the model's state and the step's buffer draws (from
+    a :class:`~helpers.BufferDraws`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, draws: BufferDraws) -> None:
         super().__init__()
         self.steps: list[dict] = []
-        self._draws: list[tuple[int, torch.Tensor]] = []
-
-    def record_draws(self, memory: EpisodicMemory) -> None:
-        draw = memory.draw
-
-        def recording(task, n):
-            index = draw(task, n)
-            self._draws.append((task, index))
-            return index
-
-        memory.draw = recording
+        self.draws = draws
 
     def before_training_iteration(self, strategy, **kwargs) -> None:
-        self._draws = []
+        self.draws.clear()
 
     def before_backward(self, strategy, **kwargs) -> None:
         self.steps.append({"loss": strategy.loss.detach().clone(),
                            "output": strategy.mb_output.detach(), "y": strategy.mb_y,
-                           "active": list(strategy.active_tasks), "draws": list(self._draws),
+                           "active": list(strategy.active_tasks),
+                           "draws": list(self.draws.draws),
                            "state": {k: v.detach().clone()
                                      for k, v in strategy.model.state_dict().items()}})
 
 
-def test_der_replays_stored_logits_with_no_cross_entropy_on_buffer_samples():
-    spy = ReplayLossSpy()
+def test_der_replays_stored_logits_with_no_cross_entropy_on_buffer_samples(monkeypatch):
+    spy = ReplayLossSpy(BufferDraws(monkeypatch))
     built = build_run("amnesiac_der", {**FAST_CONFIG, **SMALL, "epochs": 1, "beta": 0.5},
                       seed=0, plugins=[spy])
     strategy = built.strategy
-    spy.record_draws(strategy.memory)
     for exp in RequestStream(built.benchmark, seq("L0 L1 L2")):
         strategy.train(exp)
     replayed = [s for s in spy.steps if s["active"]]
@@ -152,11 +142,11 @@ def test_der_replays_stored_logits_with_no_cross_entropy_on_buffer_samples():
     model = copy.deepcopy(strategy.model).train()
     for step in replayed:
         # one draw per active task, for the MSE term (DER++ draws a CE mini-batch too)
-        assert [task for task, _ in step["draws"]] == step["active"]
+        assert [task for task, _, _ in step["draws"]] == step["active"]
         model.load_state_dict(step["state"])
         with torch.no_grad():
             replay = sum(0.5 * ((model(x[index], task) - z[index]) ** 2).mean()
-                         for task, index in step["draws"]
+                         for task, _, index in step["draws"]
                          for x, _, z in [strategy.memory.buffers[task]])
             expected = F.cross_entropy(step["output"], step["y"]) + replay / len(step["draws"])
         torch.testing.assert_close(step["loss"], expected.reshape(step["loss"].shape),

@@ -2,7 +2,7 @@
 in the main network by DER++, merging on request — with real training on digits."""
 
 import torch
-from helpers import make_strategy, predictions, snapshot
+from helpers import BufferDraws, make_strategy, predictions, snapshot
 
 from pall_avalanche.models import count_parameters
 from pall_avalanche.requests.streams import (
@@ -42,34 +42,22 @@ def test_temporary_tasks_never_touch_the_main_network_and_unlearn_exactly():
     assert strategy.inference_size() == (2 * d, 0)
 
 
-class _Draws:
-    """Which tasks' buffers the replay draws from (wraps ``memory.draw``)."""
-
-    def __init__(self, memory):
-        self.tasks, self._draw = [], memory.draw
-        memory.draw = self
-
-    def __call__(self, task, n):
-        self.tasks.append(task)
-        return self._draw(task, n)
-
-
-def test_permanent_learning_rehearses_only_permanent_buffers():
+def test_permanent_learning_rehearses_only_permanent_buffers(monkeypatch):
     strategy, bm, _ = make_strategy("clpu_derpp", lr=0.01, epochs=1)
     train = bm.train_stream
     strategy.train([learn_permanently(train[0]), train[1]])
-    draws = _Draws(strategy.memory)
+    draws = BufferDraws(monkeypatch)
     strategy.train(learn_permanently(train[2]))
     assert draws.tasks and set(draws.tasks) == {0}   # never B^1 (temporary)
     assert strategy.permanent_tasks == [0, 2]
 
 
-def test_making_permanent_merges_the_side_network_by_distillation():
+def test_making_permanent_merges_the_side_network_by_distillation(monkeypatch):
     strategy, bm, log = make_strategy("clpu_derpp", lr=0.01, epochs=2)
     train = bm.train_stream
     strategy.train([learn_permanently(train[0]), train[1]])
     main, side_accuracy = _main(strategy), log.accuracy[-1][1]
-    draws = _Draws(strategy.memory)
+    draws = BufferDraws(monkeypatch)
     strategy.train(MakePermanentExperience(1))
     assert not _same(main, _main(strategy)) and "1" not in strategy.model.side
     assert strategy.permanent_tasks == [0, 1]

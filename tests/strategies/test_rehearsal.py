@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from avalanche.training.plugins import GEMPlugin
-from helpers import FAST_CONFIG, TINY_VIT, make_strategy, seq, snapshot
+from helpers import FAST_CONFIG, TINY_VIT, BufferDraws, make_strategy, seq, snapshot
 from sklearn.datasets import load_digits
 from torch import nn
 from torchvision.transforms import v2
@@ -17,7 +17,6 @@ from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.tasks import task_incremental_benchmark_from_tensors
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.models import build_model
-from pall_avalanche.rehearsal import class_stratified_indices
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import METHODS, UnlearningPlugin, build_strategy
 
@@ -200,7 +199,7 @@ class ReplayChecker(UnlearningPlugin):
             return
         after = torch.get_rng_state()
         torch.set_rng_state(self.first.rng)
-        expected = strategy.replay.replay_loss(strategy.model, tasks, 32 // len(tasks))
+        expected = strategy.replay.replay_loss(strategy, tasks, 32 // len(tasks))
         torch.set_rng_state(after)
         assert torch.allclose(added, expected, rtol=1e-5, atol=1e-6)
         self.checked.append(len(tasks))
@@ -228,27 +227,27 @@ def test_derpp_replays_every_learning_minibatch_with_its_own_heads_logits():
     assert checker.checked == [1] * n_batches + [2] * n_batches
 
 
-def test_derpp_replay_loss_by_hand():
-    """β·MSE on a class-stratified mini-batch, then CE on another (the draws'
-    order), per task, averaged over tasks; the draws are class_stratified_indices's."""
+def test_derpp_replay_loss_by_hand(monkeypatch):
+    """β·MSE on a class-stratified mini-batch, then CE on another, per task, each mini-batch
+    its own forward pass through its task, averaged over tasks (computed here one mini-batch
+    at a time from the recorded draws)."""
     strategy, bm, _ = make_strategy("derpp", epochs=1, lr=0.01)
     for exp in bm.train_stream[:2]:
         strategy.train(exp)
     net, replay, memory = strategy.model, strategy.replay, strategy.memory
-    torch.manual_seed(7)
-    loss = replay.replay_loss(net, [0, 1], 5)
-    torch.manual_seed(7)
+    draws = BufferDraws(monkeypatch)
+    loss = replay.replay_loss(strategy, [0, 1], 5)
+    assert [(task, j) for task, j, _ in draws.draws] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     expected = 0.0
-    for task in (0, 1):
+    for task, j, index in draws.draws:
         x, y, z = memory.buffers[task]
-        mse_index = class_stratified_indices(y, 5, 2)      # labels 0, 1: their own indices
-        mse = ((net(x[mse_index], task) - z[mse_index]) ** 2).mean()
-        ce_index = class_stratified_indices(y, 5, 2)
-        log_p = torch.log_softmax(net(x[ce_index], task), dim=1)
-        ce = -log_p[torch.arange(5), y[ce_index]].mean()
-        assert sorted(torch.bincount(y[ce_index]).tolist()) == [2, 3]   # 2 + 2, then 1 more
-        expected = expected + 1.0 * ce + 0.5 * mse
-    assert torch.allclose(loss, expected / 2)
+        assert sorted(torch.bincount(y[index]).tolist()) == [2, 3]   # 2 + 2, then 1 more
+        if j == 0:
+            expected = expected + 0.5 * ((net(x[index], task) - z[index]) ** 2).mean()
+        else:
+            log_p = torch.log_softmax(net(x[index], task), dim=1)
+            expected = expected - log_p[torch.arange(5), y[index]].mean()
+    torch.testing.assert_close(loss, expected / 2, rtol=1e-6, atol=1e-7)
 
 
 def test_gem_projection_by_hand_and_as_upstream():

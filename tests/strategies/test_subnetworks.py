@@ -218,13 +218,19 @@ def test_only_the_most_recently_used_masks_stay_unpacked():
     assert list(net._cache) == [3, 1]            # least recently used first
 
 
-def test_masks_in_use_stay_unpacked_for_a_block_then_the_cache_shrinks():
+def test_masks_in_use_stay_stacked_for_a_block_then_are_dropped():
     strategy, bm, _ = make_strategy("wsn", epochs=1)
     for exp in bm.train_stream[:4]:
         strategy.train(exp)
     net = strategy.model
-    with net.unpacked(4):
-        first = [net.bool_mask(t) for t in range(4)]
-        again = [net.bool_mask(t) for t in range(4)]
-        assert all(a is b for a, b in zip(first, again, strict=True))   # no unpacking twice
-    assert net.unpacked_cache == 2 and list(net._cache) == [2, 3]
+    tasks = [2, 0, 3]
+    with net.stacked(tasks):
+        held = net._stack
+        assert held[0] == (2, 0, 3)
+        for name in net.scored_names():          # row g is task tasks[g]'s stored mask
+            for g, task in enumerate(tasks):
+                assert torch.equal(held[1][name][g], net.masks[task].to_bool(name).float())
+        x = torch.rand(3, 1, 4, 1, 8, 8)
+        net.forward_groups(x, tasks)
+        assert net._stack is held                # not stacked again
+    assert net._stack is None

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from pall_avalanche.checkpoint import Stateful
+from pall_avalanche.checkpoint import Stateful, state_to
 from pall_avalanche.models import count_parameters
 
 __all__ = ["TemplateState"]
@@ -42,7 +42,10 @@ class TemplateState:
                 "plugins": {key: p.state_dict() for key, p in self._stateful_plugins().items()}}
 
     def restore_checkpoint_state(self, state: dict) -> None:
-        """Restore :meth:`checkpoint_state` into a strategy built like the saved one.
+        """Restore :meth:`checkpoint_state` into a strategy built like the saved one, on the
+        strategy's device (the model moves there first and every tensor of ``state`` goes
+        there, whichever device it was saved from or loaded onto), so that everything the
+        strategy keeps and everything it builds afterwards share one device.
 
         :param state: what :meth:`checkpoint_state` returned.
         """
@@ -50,6 +53,8 @@ class TemplateState:
         if sorted(plugins) != sorted(state["plugins"]):
             raise ValueError(f"the checkpoint's plugins {sorted(state['plugins'])} differ from "
                              f"this strategy's {sorted(plugins)}")
+        self.model.to(self.device)
+        state = state_to(state, self.device)
         self.model.load_state_dict(state["model"])
         self.load_state_dict(state["strategy"])
         for key, plugin in plugins.items():

@@ -1,0 +1,300 @@
+"""What one training step and one unlearning step cost as tasks accumulate: aten operations
+and CPU time per step of every method at T = 5, 10 and 20, against a plain step.
+
+    python benchmarks/perf_steps.py                        # every method, T = 5, 10, 20
+    python benchmarks/perf_steps.py --report-dir reports   # also writes perf_steps.md
+    python benchmarks/perf_steps.py --methods pall derpp --tasks 20
+
+The set-up of each T: the embedded digits images as 2T classes (digit d of copy k is class
+d + 10k: the same images, more tasks), T tasks of two classes, the digits configuration
+(MLP, batch 32, buffer 100 split over T); every method learns tasks 0 .. T−1, one epoch of
+``--train-per-task`` samples each, then unlearns task 0. Measured, with one torch thread:
+
+- a **learning step** (one training iteration as Avalanche runs it: forward, the method's
+  losses and penalties, backward, its gradient hooks, the optimizer step) of task T−1, with
+  T−1 tasks learned: aten operations (all ``aten::`` events torch's profiler records, nested
+  ones included: on a GPU, roughly the kernels launched) and the median CPU time
+  (``time.process_time``, steps outside the profiler), beside Sequential's learning step;
+- an **unlearning step** (one step of the loop an unlearning request runs, from the fresh
+  optimizer's ``zero_grad`` to its ``step``: PALL's retraining iteration, a replay method's
+  fine-tuning step, ...) with T−1 remaining tasks, beside a **plain step**: one SGD step
+  (forward, cross-entropy, backward, the configuration's optimizer step) of the same model on
+  one mini-batch.
+
+The target (the last line): PALL's retraining iteration at T = 20 costs at most 5× a plain step
+in aten operations. Operation counts do not depend on the machine's load; times do (one
+thread, process time: run it on a quiet machine and read the ratios, measured side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from pall_avalanche.cli import Parser, main_guard
+
+__all__ = ["TARGET", "cli", "main", "measure"]
+
+#: The most aten operations PALL's retraining iteration at T = 20 may cost, in plain steps.
+TARGET = 5.0
+DEFAULT_TASKS = (5, 10, 20)
+#: Steps timed per kind (after the one counted).
+TIMED_STEPS = 8
+
+
+def main(argv=None) -> str:
+    from pall_avalanche.catalog import METHOD_INFO
+
+    parser = Parser(prog="perf_steps.py", description=__doc__.split("\n\n")[0],
+                    epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+",
+                        help="methods to measure (default: every built-in method)")
+    parser.add_argument("--tasks", type=int, nargs="+", default=list(DEFAULT_TASKS),
+                        help="values of T (default: 5 10 20; each a multiple of 5)")
+    parser.add_argument("--train-per-task", type=int, default=128,
+                        help="training samples of every task (default: 128, 4 steps)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--report-dir", type=Path,
+                        help="also write perf_steps.md there")
+    args = parser.parse_args(argv)
+    built_in = [m for m, info in METHOD_INFO.items() if info.where.startswith(
+        "pall_avalanche.") and not info.where.startswith("pall_avalanche.audit.")]
+    methods = args.methods or built_in
+    unknown = [m for m in methods if m not in METHOD_INFO]
+    if unknown:
+        raise ValueError(f"--methods {' '.join(unknown)}: unknown; valid: {', '.join(built_in)}")
+    bad = [t for t in args.tasks if t < 5 or t % 5]
+    if bad:
+        raise ValueError(f"--tasks {' '.join(map(str, bad))}: each T must be a multiple of 5 "
+                         "(digits' 10 classes in copies, two classes a task)")
+    if args.train_per_task < 32 or args.threads < 1:
+        raise ValueError(f"--train-per-task={args.train_per_task} must be >= 32 (one "
+                         f"mini-batch) and --threads={args.threads} >= 1")
+    rows = measure(methods, args.tasks, train_per_task=args.train_per_task,
+                   threads=args.threads)
+    text = render(rows, args)
+    print(text)
+    if args.report_dir is not None:
+        args.report_dir.mkdir(parents=True, exist_ok=True)
+        (args.report_dir / "perf_steps.md").write_text(text + "\n")
+    return text
+
+
+def benchmark_with(n_tasks: int, *, seed: int, train_per_task: int):
+    """Digits as ``2 · n_tasks`` classes (copies of its ten), ``n_tasks`` tasks of two."""
+    import torch
+
+    from pall_avalanche.data import build_benchmark, task_incremental_benchmark_from_tensors
+
+    digits = build_benchmark("digits", seed=seed)
+    order, per_task = digits.split.class_order, digits.split.classes_per_task
+    copies = 2 * n_tasks // 10
+    data = []
+    for stream in (digits.train_stream, digits.test_stream):
+        xs, ys = [], []
+        for exp in stream:
+            tensors = exp.dataset.eval()
+            xs.append(torch.stack([tensors[i][0] for i in range(len(tensors))]))
+            ys.append(torch.tensor([order[exp.task_label * per_task + int(t)]
+                                    for t in tensors.targets]))
+        x, y = torch.cat(xs), torch.cat(ys)
+        data.append((x.repeat(copies, 1, 1, 1),
+                     torch.cat([y + 10 * k for k in range(copies)])))
+    return task_incremental_benchmark_from_tensors(
+        "digits", data[0], data[1], n_tasks=n_tasks, seed=seed, train_per_task=train_per_task)
+
+
+class _Steps:
+    """Counts the aten operations of one step and times the following ones (process time),
+    for training iterations and for the steps of unlearning loops."""
+
+    def __init__(self) -> None:
+        self.ops: int | None = None
+        self.times: list[float] = []
+        self._profile = None
+        self._start = 0.0
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        if self.ops is None and self._profile is None:
+            self._profile = profile(activities=[ProfilerActivity.CPU])
+            self._profile.__enter__()
+        self._start = time.process_time()
+
+    def stop(self) -> None:
+        elapsed = time.process_time() - self._start
+        if self._profile is not None:
+            self._profile.__exit__(None, None, None)
+            self.ops = sum(e.name.startswith("aten::") for e in self._profile.events())
+            self._profile = None
+        elif len(self.times) < TIMED_STEPS:
+            self.times.append(elapsed)
+
+    def summary(self) -> tuple[int | None, float | None]:
+        """(operations of one step, median seconds per step)."""
+        return self.ops, (statistics.median(self.times) if self.times else None)
+
+
+def measure(methods, tasks, *, train_per_task: int, threads: int) -> list[dict]:
+    """One row per (T, method): its learning and unlearning steps, and the references."""
+    import torch
+
+    from pall_avalanche.config import for_benchmark, resolve_method_config
+    from pall_avalanche.requests import RequestSequence
+    from pall_avalanche.requests.streams import RequestStream
+    from pall_avalanche.runs.build import build_run
+
+    torch.set_num_threads(threads)
+    base = for_benchmark("digits")
+    rows = []
+    for n_tasks in tasks:
+        benchmark = benchmark_with(n_tasks, seed=0, train_per_task=train_per_task)
+        requests = RequestSequence.parse(
+            " ".join([*(f"L{t}" for t in range(n_tasks)), "U0"]), n_tasks)
+        plain = None
+        for method in ["sequential", *[m for m in methods if m != "sequential"]]:
+            config = {**resolve_method_config(base, method), "n_tasks": n_tasks, "epochs": 1}
+            learning, unlearning = _Steps(), _Steps()
+            start, stop = _iteration_probes(learning, n_tasks - 1)
+            strategy = build_run(method, config, seed=0, benchmark=benchmark,
+                                 plugins=[stop], measured=False).strategy
+            strategy.plugins.insert(0, start)
+            fresh = strategy.fresh_optimizer
+
+            def probed(param_groups, fresh=fresh, steps=unlearning):
+                optimizer = fresh(param_groups)
+                zero_grad, step = optimizer.zero_grad, optimizer.step
+
+                def started(*a, **k):
+                    zero_grad(*a, **k)
+                    steps.start()
+
+                def stopped(*a, **k):
+                    out = step(*a, **k)
+                    steps.stop()
+                    return out
+
+                optimizer.zero_grad, optimizer.step = started, stopped
+                return optimizer
+
+            strategy.fresh_optimizer = probed
+            stream = RequestStream(benchmark, requests)
+            for experience in stream[:n_tasks]:
+                strategy.train(experience)
+            unlearning.ops, unlearning.times = None, []           # the unlearning request's
+            strategy.train(stream[n_tasks])
+            if plain is None:
+                plain = _plain_step(strategy, benchmark, config)
+            rows.append({"T": n_tasks, "method": method, "learning": learning.summary(),
+                         "unlearning": unlearning.summary(), "plain": plain})
+    by_key = {(r["T"], r["method"]): r for r in rows}
+    for row in rows:
+        row["sequential"] = by_key[(row["T"], "sequential")]["learning"]
+    return [r for r in rows if r["method"] in methods]
+
+
+def _iteration_probes(steps: _Steps, task: int) -> tuple:
+    """Two plugins: the first starts ``steps`` when a training iteration of ``task`` begins
+    (put it before every other plugin), the second stops it when the iteration ends (put it
+    after them)."""
+    from pall_avalanche.core import UnlearningPlugin
+
+    class Start(UnlearningPlugin):
+        def before_training_iteration(self, strategy, **kwargs):
+            if strategy.experience.task_label == task:
+                steps.start()
+
+    class Stop(UnlearningPlugin):
+        def after_training_iteration(self, strategy, **kwargs):
+            if strategy.experience.task_label == task:
+                steps.stop()
+
+    return Start(), Stop()
+
+
+def _plain_step(strategy, benchmark, config) -> tuple[int, float]:
+    """One SGD step of a fresh copy of the model's architecture: (operations, median s)."""
+    import copy
+
+    import torch
+    from torch.nn import functional as F
+
+    from pall_avalanche.models import build_model
+    from pall_avalanche.strategies import make_optimizer
+
+    split = benchmark.split
+    model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
+                        classes_per_task=split.classes_per_task)
+    optimizer = make_optimizer(config, model.parameters())
+    data = copy.copy(benchmark.train_stream[0].dataset).eval()
+    x = torch.stack([data[i][0] for i in range(config["batch_size"])])
+    y = torch.tensor([int(data.targets[i]) for i in range(config["batch_size"])])
+    steps = _Steps()
+    for _ in range(TIMED_STEPS + 2):
+        steps.start()
+        optimizer.zero_grad()
+        F.cross_entropy(model(x, 0), y).backward()
+        optimizer.step()
+        steps.stop()
+    return steps.summary()
+
+
+def _cell(value, reference) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,}" if reference is None else f"{value:,} ({value / reference:.1f}×)"
+
+
+def render(rows: list[dict], args: argparse.Namespace) -> str:
+    """The report: one table of operations, one of CPU times, and the target line."""
+    import platform
+
+    import torch
+
+    lines = ["# What a step costs as tasks accumulate", "",
+             f"Command: `python benchmarks/perf_steps.py "
+             f"--tasks {' '.join(map(str, args.tasks))} --train-per-task "
+             f"{args.train_per_task} --threads {args.threads}`; digits MLP, T tasks of two "
+             f"classes (docstring of `pall_avalanche.paper.perf_steps`); torch "
+             f"{torch.__version__}, {platform.processor() or platform.machine()}, "
+             f"{args.threads} thread(s).", "",
+             "## aten operations per step", "",
+             "Learning step: a training iteration of the last task, T−1 tasks learned, "
+             "(× Sequential's). Unlearning step: one step of the unlearning request's loop, "
+             "T−1 remaining tasks (× a plain SGD step of the same model and mini-batch).", "",
+             "| Method | T | learning step | unlearning step | plain step |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['method']} | {row['T']} | "
+                     f"{_cell(row['learning'][0], row['sequential'][0])} | "
+                     f"{_cell(row['unlearning'][0], row['plain'][0])} | "
+                     f"{row['plain'][0]:,} |")
+    lines += ["", "## CPU time per step (ms, median)", "",
+              "| Method | T | learning step | unlearning step | plain step |",
+              "|---|---|---|---|---|"]
+    for row in rows:
+        def ms(pair, reference):
+            if pair[1] is None:
+                return "—"
+            return f"{1e3 * pair[1]:.2f} ({pair[1] / reference[1]:.1f}×)"
+        lines.append(f"| {row['method']} | {row['T']} | "
+                     f"{ms(row['learning'], row['sequential'])} | "
+                     f"{ms(row['unlearning'], row['plain'])} | {1e3 * row['plain'][1]:.2f} |")
+    pall = [r for r in rows if r["method"] == "pall" and r["T"] == 20]
+    if pall and pall[0]["unlearning"][0] is not None:
+        ratio = pall[0]["unlearning"][0] / pall[0]["plain"][0]
+        verdict = "meets" if ratio <= TARGET else "misses"
+        lines += ["", f"PALL's retraining iteration at T = 20: {ratio:.1f}× a plain step in "
+                      f"aten operations ({verdict} the target of at most {TARGET:g}×)."]
+    return "\n".join(lines)
+
+
+def cli(argv=None) -> None:
+    main_guard(main, argv, prog=Path(__file__).name)
+
+
+if __name__ == "__main__":
+    cli()
