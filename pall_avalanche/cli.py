@@ -77,6 +77,8 @@ FLAG_KEYS = {
     "beta": "beta",
     "amp": "amp",
     "channels_last": "channels_last",
+    "tf32": "tf32",
+    "deterministic": "deterministic",
     "mask_threshold": "mask_threshold",
     "input_pipeline": "input_pipeline",
     "compile": "compile",
@@ -128,6 +130,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "the configuration as amp)")
     parser.add_argument("--channels-last", action="store_const", const=True,
                         help="channels-last memory layout (recorded as channels_last)")
+    parser.add_argument("--no-tf32", dest="tf32", action="store_const", const=False,
+                        help="full float32 matrix products and convolutions on a GPU (by "
+                             "default TensorFloat-32 there; recorded as tf32)")
+    parser.add_argument("--deterministic", action="store_const", const=True,
+                        help="deterministic algorithms only, so a GPU run repeats bit for "
+                             "bit; an operation without a deterministic kernel stops the run "
+                             "with one line naming it (recorded as deterministic)")
     parser.add_argument("--mask-threshold",
                         choices=THRESHOLD_METHODS,
                         help="how subnetwork methods find each layer's mask threshold: the "

@@ -7,7 +7,11 @@ with W&B offline, runs the same grid:
 
 - ``--no-wandb`` drops the ``--wandb`` flag from every command;
 - ``--run [--jobs N]`` runs them here, N at a time (their records share ``--out``: the
-  per-record locks split the work, reruns reuse finished records);
+  per-record locks split the work, reruns reuse finished records); a command training on
+  ``cuda`` (no index) gets one GPU of its own, as the runner's ``--jobs`` workers do: job slot
+  k of N runs with ``CUDA_VISIBLE_DEVICES`` set to the k-th visible GPU (round-robin when N
+  exceeds them; the visible GPUs are those of ``CUDA_VISIBLE_DEVICES`` when it is set, else
+  every GPU torch sees), so it sees that GPU alone, as ``cuda``;
 - ``--slurm FILE`` writes a Slurm array script, one array task per command.
 
 Only ``method: grid`` sweeps are expanded (a random or Bayesian sweep has no fixed grid).
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import queue
 import shlex
 import subprocess
 import sys
@@ -29,7 +35,7 @@ import yaml
 from pall_avalanche.cli import Parser, main_guard
 from pall_avalanche.files import write_text_atomic
 
-__all__ = ["expand_sweep", "main", "slurm_script"]
+__all__ = ["expand_sweep", "job_environment", "main", "slurm_script", "visible_gpus"]
 
 #: The macros of a W&B sweep's ``command`` list that this expansion fills in.
 _MACROS = {"${env}", "${interpreter}", "${program}", "${args}", "${args_no_hyphens}"}
@@ -77,11 +83,55 @@ def slurm_script(commands: Sequence[Sequence[str]], *, sweep: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def trains_on_gpu(command: Sequence[str]) -> bool:
+    """Whether ``command`` trains on ``cuda`` with no device index (``--device=cuda`` or
+    ``--device cuda``): the commands a job slot gives a GPU of their own."""
+    for i, part in enumerate(command):
+        value = (part.partition("=")[2] if part.startswith("--device=")
+                 else command[i + 1] if part == "--device" and i + 1 < len(command) else None)
+        if value is not None:
+            return value == "cuda"
+    return False
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs jobs are placed on: the entries of ``CUDA_VISIBLE_DEVICES`` when it is set
+    (none when it is empty), else ``0 .. n−1`` for the n GPUs torch sees."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None:
+        return [gpu.strip() for gpu in value.split(",") if gpu.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def job_environment(slot: int, gpus: Sequence[str], command: Sequence[str]) -> dict[str, str]:
+    """What job slot ``slot`` adds to a command's environment: ``CUDA_VISIBLE_DEVICES`` set to
+    ``gpus[slot mod len(gpus)]`` when the command trains on ``cuda`` (:func:`trains_on_gpu`)
+    and a GPU is visible, so the command sees that one GPU, as ``cuda``; nothing otherwise."""
+    if gpus and trains_on_gpu(command):
+        return {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)]}
+    return {}
+
+
 def _run_all(commands: Sequence[Sequence[str]], jobs: int) -> int:
-    """Run the commands, ``jobs`` at a time; the number that failed."""
+    """Run the commands, ``jobs`` at a time, each in a job slot of its own with that slot's
+    GPU (:func:`job_environment`); the number that failed."""
+    gpus = visible_gpus() if any(trains_on_gpu(c) for c in commands) else []
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+
     def run(command: Sequence[str]) -> int:
-        code = subprocess.run([sys.executable, *command[1:]], check=False).returncode
-        print(f"{'ok' if code == 0 else f'exit {code}'}: {shlex.join(command)}",
+        slot = slots.get()
+        try:
+            extra = job_environment(slot, gpus, command)
+            code = subprocess.run([sys.executable, *command[1:]], check=False,
+                                  env={**os.environ, **extra}).returncode
+        finally:
+            slots.put(slot)
+        where = f" (GPU {extra['CUDA_VISIBLE_DEVICES']})" if extra else ""
+        print(f"{'ok' if code == 0 else f'exit {code}'}{where}: {shlex.join(command)}",
               file=sys.stderr, flush=True)
         return code
 

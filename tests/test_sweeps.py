@@ -4,6 +4,7 @@ that script's parser accepts, for every grid value (as ``wandb agent`` would exp
 
 import importlib.util
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,52 @@ def test_a_grid_prints_in_file_order_and_a_random_sweep_is_refused(tmp_path, cap
     sweep.write_text(yaml.safe_dump({"program": "x.py", "method": "random", "parameters": {}}))
     with pytest.raises(ValueError, match="only grid sweeps"):
         main([str(sweep)])
+
+
+def test_run_places_each_cuda_job_on_its_own_visible_gpu(tmp_path, monkeypatch, capsys):
+    # every job is a real process recording the CUDA_VISIBLE_DEVICES it received and when it
+    # ran; 2 slots over the 2 visible GPUs "3" and "5": concurrent cuda jobs never share one,
+    # and jobs on the CPU or on an indexed device inherit the parent's value
+    from pall_avalanche.sweeps import main
+
+    program = tmp_path / "job.py"
+    program.write_text(
+        "import json, os, sys, time\n"
+        "args = dict(a[2:].split('=', 1) for a in sys.argv[1:])\n"
+        "start = time.time(); time.sleep(0.3)\n"
+        "name = f\"{args['device']}-{args['job']}.json\"\n"
+        "with open(os.path.join(args['folder'], name), 'w') as f:\n"
+        "    json.dump({'gpu': os.environ.get('CUDA_VISIBLE_DEVICES'), 'start': start,\n"
+        "               'end': time.time()}, f)\n")
+    sweep = tmp_path / "gpus.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "program": str(program), "method": "grid",
+        "parameters": {"device": {"values": ["cuda", "cpu", "cuda:1"]},
+                       "job": {"values": [0, 1, 2, 3]}},
+        "command": ["${env}", "${interpreter}", "${program}", f"--folder={tmp_path}",
+                    "${args}"]}, sort_keys=False))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    main([str(sweep), "--run", "--jobs", "2"])
+    jobs = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*-*.json")}
+    assert len(jobs) == 12
+    assert all(jobs[f"{d}-{j}"]["gpu"] == "3,5" for d in ("cpu", "cuda:1") for j in range(4))
+    cuda = [jobs[f"cuda-{j}"] for j in range(4)]
+    assert {job["gpu"] for job in cuda} == {"3", "5"}
+    for a, b in itertools.combinations(cuda, 2):
+        if a["start"] < b["end"] and b["start"] < a["end"]:      # ran at the same time
+            assert a["gpu"] != b["gpu"]
+    printed = capsys.readouterr().err
+    assert printed.count("(GPU 3)") + printed.count("(GPU 5)") == 4
+
+
+def test_job_slots_take_the_visible_gpus_round_robin():
+    from pall_avalanche.sweeps import job_environment, trains_on_gpu
+
+    cuda = ["python", "benchmarks/table1.py", "--device=cuda"]
+    assert [job_environment(slot, ["0", "1", "2"], cuda) for slot in range(5)] == [
+        {"CUDA_VISIBLE_DEVICES": g} for g in ("0", "1", "2", "0", "1")]
+    assert job_environment(0, [], cuda) == {}                               # no GPU visible
+    assert trains_on_gpu(["python", "x.py", "--device", "cuda"])
+    assert not trains_on_gpu(["python", "x.py", "--device=cuda:0"])
+    assert not trains_on_gpu(["python", "x.py", "--device", "cpu"])
+    assert not trains_on_gpu(["python", "x.py"])                       # the scripts' default

@@ -116,6 +116,12 @@ CONFIG_KEYS: dict[str, KeySpec] = {
                  nullable=True),
     "channels_last": _spec(bool, None, "channels-last memory layout"),
     "compile": _spec(bool, None, "torch.compile of the backbone (a speed option)"),
+    "tf32": _spec(bool, None, "TensorFloat-32 matrix products and convolutions on a GPU "
+                  "(default true; no effect on the CPU)"),
+    "deterministic": _spec(bool, None, "deterministic algorithms only (torch's "
+                           "use_deterministic_algorithms, cuBLAS's fixed workspace): a GPU "
+                           "run then repeats bit for bit, or stops naming the operation "
+                           "that has no deterministic kernel (default false)"),
     "input_pipeline": _spec(str, _choice(*INPUT_PIPELINES), "where training "
                             "mini-batches are assembled: batched on the device where the "
                             "benchmark offers it, or per sample on the host", nullable=True),

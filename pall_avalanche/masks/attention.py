@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from avalanche.models import MultiTaskModule
 from torch import nn
+from torch.func import vmap
 from torch.nn import functional as F
 
 from pall_avalanche.masks.selection import draw_initial
@@ -313,6 +314,21 @@ class HATNet(MultiTaskModule):
             return self._forward_task(x, task)
         finally:
             self._route = None
+
+    def backup_forwards(self, x: torch.Tensor, task: int, routes: Route) -> torch.Tensor:
+        """:meth:`backup_forward` of G routes at once, ``(G, n, W)``: every tensor of
+        ``routes`` stacked over the G routes (biases ``None`` in all or none), one ``vmap``
+        over them."""
+        flat = [t for layer in routes for t in layer if t is not None]
+        shape = [[t is not None for t in layer] for layer in routes]
+
+        def one(*tensors: torch.Tensor) -> torch.Tensor:
+            it = iter(tensors)
+            route = [tuple(next(it) if present else None for present in layer)
+                     for layer in shape]
+            return self.backup_forward(x, task, route)
+
+        return vmap(one, randomness="different")(*flat)
 
 
 @torch.no_grad()

@@ -25,8 +25,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn import functional as F
 
-__all__ = ["MASK_VALUE", "batchable", "forward_groups", "stack_groups", "vmap_backbone"]
+__all__ = ["MASK_VALUE", "batchable", "forward_groups", "group_losses", "stack_groups",
+           "vmap_backbone"]
 
 #: The logit of a unit a task does not use (Avalanche's ``MultiHeadClassifier`` default).
 MASK_VALUE = -1000.0
@@ -62,6 +64,21 @@ def forward_groups(net: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> tor
                          for group, task in zip(x, tasks, strict=True)])
 
 
+def group_losses(criterion: nn.Module, logits: torch.Tensor, labels: torch.Tensor
+                 ) -> torch.Tensor:
+    """``criterion(logits[g], labels[g])`` for every group g of ``(G, n, W)`` logits and
+    ``(G, n)`` labels, ``(G,)``: one vectorised cross-entropy for torch's plain
+    ``CrossEntropyLoss`` (no class weights, no smoothing, a mean, no label ignored), a call
+    per group otherwise."""
+    plain = (type(criterion) is nn.CrossEntropyLoss and criterion.weight is None
+             and criterion.label_smoothing == 0 and criterion.reduction == "mean"
+             and criterion.ignore_index < 0)
+    if plain:
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                               reduction="none").view(labels.shape).mean(1)
+    return torch.stack([criterion(out, y) for out, y in zip(logits, labels, strict=True)])
+
+
 def running_statistics(module: nn.Module) -> dict[str, nn.modules.batchnorm._NormBase]:
     """Name → norm layer with running statistics (BatchNorm's ``track_running_stats``)."""
     return {name: m for name, m in module.named_modules()
@@ -81,11 +98,11 @@ def batchable(module: nn.Module) -> bool:
 
 @contextmanager
 def _unfused_attention(module: nn.Module) -> Iterator[None]:
-    """In training, timm's attention layers take their unfused path (softmax, then dropout
-    of the attention weights): the fused kernel draws its dropout mask where ``vmap`` cannot
+    """timm's attention layers take their unfused path (products, softmax, dropout of the
+    attention weights): ``vmap`` has no batching rule for the fused kernel (it would run
+    it once per mini-batch), and the kernel draws its dropout mask where ``vmap`` cannot
     give every mini-batch its own. Restored afterwards."""
-    fused = [m for m in module.modules() if getattr(m, "fused_attn", False)] \
-        if module.training else []
+    fused = [m for m in module.modules() if getattr(m, "fused_attn", False)]
     for m in fused:
         m.fused_attn = False
     try:

@@ -199,6 +199,20 @@ class GeneratedNetwork(MultiTaskModule):
                          max(sizes))
         return [row[:size] for row, size in zip(rows, sizes, strict=True)]
 
+    def fixed_generation(self, tasks: Sequence[int]
+                         ) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+        """What generating ``tasks``' vectors many times, their embeddings fixed, needs (one
+        hypernetwork pass ``hnet(embeddings, length)`` a step, no per-task slicing): (their
+        embeddings stacked, detached; the longest vector's length; a 0/1 mask ``(G, length)``
+        of each task's own entries, ``None`` when every vector is that long)."""
+        sizes = [self.size(task) for task in tasks]
+        embeddings = torch.stack([self.embeddings[str(task)].detach() for task in tasks])
+        length = max(sizes)
+        if min(sizes) == length:
+            return embeddings, length, None
+        entries = torch.arange(length) < torch.tensor(sizes).unsqueeze(1)
+        return embeddings, length, entries.to(embeddings)
+
     def weights_of(self, task: int, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``task``'s generated vector ``flat`` as ``net``'s tensors (name → tensor, for
         ``functional_call``); a TaskIncrementalNet's head block is placed at ``task``'s rows

@@ -277,14 +277,21 @@ class TaskIncrementalNet(MultiTaskModule):
             self.backbone, x, parameters=substituted, arguments=(tasks[0],) if aware else (),
             statistics=None if statistics is None else {
                 name.removeprefix("backbone."): value for name, value in statistics.items()})
-        rows, columns, width = self._group_index(tasks, x.device)
         groups, repeats = x.shape[:2]
-        logits = torch.bmm(features.flatten(1, 2), self.head.weight[rows].transpose(1, 2))
-        logits = logits.view(groups, repeats, -1, logits.shape[-1])
+        logits = self.head_groups(features.flatten(1, 2), tasks)
+        return logits.view(groups, repeats, -1, logits.shape[-1])
+
+    def head_groups(self, features: torch.Tensor, tasks: Sequence[int]) -> torch.Tensor:
+        """Each task's logits (:meth:`head_logits`) from ``features``, ``(G, n, f)`` (group g's
+        for task ``tasks[g]``) or ``(n, f)`` (the same for every task), as one batched
+        product: ``(G, n, W)``, padded to the widest with :data:`MASK_VALUE`."""
+        rows, columns, width = self._group_index(tasks, features.device)
+        head = self.head.weight.index_select(0, rows.flatten()).view(*rows.shape, -1)
+        logits = torch.matmul(features, head.transpose(1, 2))
         if columns is None:
             return logits
         placed = logits.new_full((*logits.shape[:-1], width + 1), MASK_VALUE)
-        return placed.scatter(-1, columns[:, None, None, :].expand(*logits.shape),
+        return placed.scatter(-1, columns[:, None, :].expand(*logits.shape),
                               logits)[..., :width]
 
     def _group_index(self, tasks: Sequence[int], device: torch.device

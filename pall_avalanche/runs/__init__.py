@@ -85,6 +85,8 @@ _WHERE = {
     "seed_everything": "build",
     "build_run": "build",
     "BuiltRun": "build",
+    "configure_numerics": "build",
+    "NondeterministicOperation": "build",
     "RECORD_FORMAT": "store",
     "checkpoint_path": "store",
     "lock_path": "store",

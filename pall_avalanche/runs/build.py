@@ -3,6 +3,7 @@ check, measurement script and test builds one (:func:`build_run`)."""
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,43 @@ from pall_avalanche.evaluation import RequestLog, request_evaluator, request_log
 from pall_avalanche.models import build_model
 from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
 
-__all__ = ["BuiltRun", "build_run", "seed_everything"]
+__all__ = ["NondeterministicOperation", "BuiltRun", "build_run", "configure_numerics",
+           "seed_everything"]
+
+#: cuBLAS's fixed workspace, which its deterministic mode needs (NVIDIA's documented value).
+CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
+
+
+class NondeterministicOperation(ValueError):
+    """A run in deterministic mode reached an operation torch has no deterministic kernel
+    for: one line naming it (the run stops; without ``deterministic`` it would have run,
+    repeating within floating-point tolerance only).
+
+    :param operation: what torch named.
+    """
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(
+            f"--deterministic: {operation} has no deterministic implementation in torch "
+            f"{torch.__version__} on this device, and this run uses it; run without "
+            "--deterministic (the record then repeats within floating-point tolerance, not "
+            "bit for bit: docs/explanation/performance.md)")
+
+
+def configure_numerics(config: Mapping[str, Any]) -> None:
+    """Set torch's process-wide numerics for a run of ``config``: TensorFloat-32 matrix
+    products and convolutions on a GPU unless ``tf32`` is false, deterministic algorithms
+    (and cuBLAS's fixed workspace, cuDNN's deterministic choice) when ``deterministic`` is
+    true. The CPU's results are the same either way."""
+    tf32 = bool(config.get("tf32", True))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    deterministic = bool(config.get("deterministic", False))
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = False
 
 
 def seed_everything(seed: int) -> None:
@@ -55,6 +92,7 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
     :param plugins: the strategy's plugins, in order.
     :param measured: give the strategy the request evaluator (else Avalanche's default).
     """
+    configure_numerics(config)
     seed_everything(seed)
     if benchmark is None:
         shadow = config.get("shadow_task")

@@ -37,7 +37,7 @@ from pall_avalanche.extensions import provenance as extension_provenance
 from pall_avalanche.files import CorruptFileError, RunWarning, set_aside, write_json_atomic
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.requests.streams import RequestStream
-from pall_avalanche.runs.build import build_run, seed_everything
+from pall_avalanche.runs.build import NondeterministicOperation, build_run, seed_everything
 from pall_avalanche.runs.spec import RunSpec, probe_modules
 from pall_avalanche.runs.store import RECORD_FORMAT, checkpoint_path, unsaved_error
 from pall_avalanche.runs.subscribers import CheckpointWriter, LockHeartbeat, WandbRequestLogger
@@ -200,7 +200,13 @@ def execute(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress:
     checkpoint = None if checkpoint is None else Path(checkpoint)
     run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat)
     _resume(run, checkpoint)
-    _step(run, show_progress)
+    try:
+        _step(run, show_progress)
+    except RuntimeError as err:
+        operation = str(err).partition(" does not have a deterministic implementation")
+        if operation[1] and torch.are_deterministic_algorithms_enabled():
+            raise NondeterministicOperation(operation[0].strip()) from None
+        raise
     return _record(run)
 
 
@@ -270,7 +276,9 @@ def versions() -> dict[str, str]:
 def device_info(device: torch.device) -> dict[str, Any]:
     """The device a run trained on: the GPU's name, or the CPU model and torch's threads."""
     if device.type == "cuda":
-        return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
+        return {"type": "cuda", "name": torch.cuda.get_device_name(device),
+                "tf32": torch.backends.cuda.matmul.allow_tf32,
+                "deterministic": torch.are_deterministic_algorithms_enabled()}
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -65,6 +65,7 @@ from pall_avalanche.masks.attention import (
     reset_output_,
 )
 from pall_avalanche.models import count_parameters
+from pall_avalanche.models.grouped import group_losses
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
@@ -285,8 +286,12 @@ class AmnesiacHAT(HAT):
         #: u → t → (gated name → backup (u, t)), t learned after u, in learning order.
         self.backups: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
         self._start: dict[str, torch.Tensor] = {}
-        self._backup_weights: dict[int, dict[str, torch.Tensor]] = {}
-        self._routes: dict[int, Route] = {}
+        #: The tasks with a backup trained in the learning request in progress, in order;
+        #: their backups' weights stacked over those tasks (gated name → (G, ...)), and the
+        #: route of every gated layer (weight, bias, units; each stacked likewise).
+        self._backup_tasks: list[int] = []
+        self._backup_weights: dict[str, torch.Tensor] = {}
+        self._routes: Route = []
 
     # ------------------------------------------------------------------ learning
     def start_task(self, task: int) -> None:
@@ -299,16 +304,17 @@ class AmnesiacHAT(HAT):
         self._start = {name: p.detach().clone() for name, p in self._trained.items()}
         if not self.learning_permanently:
             self.before[task] = {name: value.clone() for name, value in self.base.items()}
-        self._backup_weights, self._routes = {}, {}
-        for other in self.updates:
-            weights = {name: value.clone().requires_grad_(True)
-                       for name, value in self.before[other].items()}
-            units = net.unit_mask(other).split(net.units)
-            self._backup_weights[other] = weights
-            self._routes[other] = [(weights[f"{name}.weight"], weights.get(f"{name}.bias"),
-                                    units[index])
-                                   for index, name in enumerate(net.layer_names)]
-            self._backups += list(weights.values())
+        self._backup_tasks = list(self.updates)
+        self._backup_weights, self._routes = {}, []
+        if self._backup_tasks:
+            weights = self._backup_weights = {
+                name: torch.stack([self.before[other][name] for other in self._backup_tasks]
+                                  ).requires_grad_(True) for name in self.base}
+            units = torch.stack([net.unit_mask(other) for other in self._backup_tasks]
+                                ).split(net.units, dim=1)
+            self._routes = [(weights[f"{name}.weight"], weights.get(f"{name}.bias"),
+                             units[index]) for index, name in enumerate(net.layer_names)]
+            self._backups = list(weights.values())
 
     def _learning_samples(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The mini-batch's inputs and targets of the learning task."""
@@ -325,13 +331,12 @@ class AmnesiacHAT(HAT):
         if self.is_training and self._routes:
             x, y = self._learning_samples()
             if len(x):
-                task = self.experience.task_label
-                backups = []
-                for route in self._routes.values():
-                    with self.speed.autocast(self.device):
-                        logits = self.model.backup_forward(x, task, route)
-                    backups.append(self._criterion(logits.float(), y))
-                loss = loss + torch.stack(backups).mean()
+                with self.speed.autocast(self.device):
+                    logits = self.model.backup_forwards(x, self.experience.task_label,
+                                                        self._routes)
+                losses = group_losses(self._criterion, logits.float(),
+                                      y.expand(len(self._backup_tasks), -1))
+                loss = loss + losses.mean()
         return loss
 
     def _after_training_exp(self, **kwargs) -> None:
@@ -346,10 +351,10 @@ class AmnesiacHAT(HAT):
                 value += delta[name]
         if not self.learning_permanently:
             self.updates[task] = delta
-        for other, weights in self._backup_weights.items():
-            self.backups.setdefault(other, {})[task] = {name: w.detach().clone()
-                                                        for name, w in weights.items()}
-        self._start, self._backup_weights, self._routes = {}, {}, {}
+        for index, other in enumerate(self._backup_tasks):
+            self.backups.setdefault(other, {})[task] = {
+                name: w[index].detach().clone() for name, w in self._backup_weights.items()}
+        self._start, self._backup_tasks, self._backup_weights, self._routes = {}, [], {}, []
         super()._after_training_exp(**kwargs)
 
     # ---------------------------------------------------------------- unlearning

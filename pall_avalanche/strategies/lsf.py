@@ -29,6 +29,7 @@ import torch
 from avalanche.models.utils import avalanche_forward
 from torch.nn import functional as F
 
+from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.rehearsal import uniform_target
 from pall_avalanche.strategies.ewc import TaskEWCPlugin, check_non_negative
 from pall_avalanche.strategies.lwf import LwF
@@ -63,14 +64,37 @@ class LSF(LwF):
         #: task → its classes (sorted label values)
         self.code_classes: dict[int, torch.Tensor] = {}
         self._mixed_output: torch.Tensor | None = None
+        #: tasks → (their codes, stacked codes, stacked labels): :meth:`_stacked_codes`
+        self._code_stack: dict[tuple[int, ...], tuple] = {}
 
     # ------------------------------------------------------------------ codes
     def code_loss(self, tasks: Sequence[int]) -> torch.Tensor:
         """Mean over ``tasks`` of the mean cross-entropy of each task's codes towards its own
-        labels, one forward pass per task."""
-        return sum(F.cross_entropy(avalanche_forward(self.model, self.codes[t], t),
-                                   self.code_classes[t])
-                   for t in tasks) / len(tasks)
+        labels, each task's codes their own forward pass through it; tasks with as many
+        classes each run in one batched pass (:func:`~pall_avalanche.models.grouped.
+        forward_groups`), under the strategy's autocast (float32 loss)."""
+        parts: dict[int, list[int]] = {}
+        for task in tasks:
+            parts.setdefault(len(self.code_classes[task]), []).append(task)
+        total = None
+        for part in parts.values():
+            codes, labels = self._stacked_codes(part)
+            with self.speed.autocast(self.device):
+                logits = forward_groups(self.model, codes, part)
+            term = len(part) * F.cross_entropy(logits.float().flatten(0, 2), labels.flatten())
+            total = term if total is None else total + term
+        return total / len(tasks)
+
+    def _stacked_codes(self, tasks: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the codes of ``tasks`` as ``(G, 1, c, *input)``, their labels ``(G, c)``), kept
+        while those tasks' codes stay the same."""
+        current = [self.codes[t] for t in tasks]
+        kept = self._code_stack.get(tuple(tasks))
+        if kept is None or any(a is not b for a, b in zip(kept[0], current, strict=True)):
+            kept = (current, torch.stack(current).unsqueeze(1),
+                    torch.stack([self.code_classes[t] for t in tasks]))
+            self._code_stack = {tuple(tasks): kept}
+        return kept[1], kept[2]
 
     def code_of(self, y: torch.Tensor, tasks: torch.Tensor | int) -> torch.Tensor:
         """The mnemonic code of each sample's class in its own task (``tasks``: one task, or

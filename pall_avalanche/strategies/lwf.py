@@ -29,9 +29,11 @@ import torch
 from avalanche.training.plugins import LwFPlugin
 from avalanche.training.regularization import LearningWithoutForgetting
 from torch import nn
+from torch.nn import functional as F
 
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import check_non_negative
@@ -39,16 +41,18 @@ from pall_avalanche.strategies.ewc import check_non_negative
 __all__ = ["ActiveTaskLwF", "HeadWarmupTemplate", "LwF", "TaskLwFPlugin", "task_logits"]
 
 
-def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> list[torch.Tensor]:
-    """The logits of each task in ``tasks`` on the same inputs ``x``. A
+def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> torch.Tensor:
+    """The logits of each task in ``tasks`` on the same inputs ``x``, ``(G, B, W)``
+    (narrower ones padded with :data:`~pall_avalanche.models.multihead.MASK_VALUE`). A
     :class:`TaskIncrementalNet` whose features do not depend on the task (a task-agnostic
-    backbone, or one without per-task parameters) computes the features once."""
+    backbone, or one without per-task parameters) computes the features once and every head
+    in one product; any other network runs ``x`` through every task in one batched pass
+    (:func:`~pall_avalanche.models.grouped.forward_groups`)."""
     if isinstance(model, TaskIncrementalNet) and (
             not getattr(model.backbone, "task_aware", False)
             or not any(model.task_parameters(t) for t in tasks)):
-        features = model.features(x, tasks[0])
-        return [model.head_logits(features, t) for t in tasks]
-    return [model(x, t) for t in tasks]
+        return model.head_groups(model.features(x, tasks[0]), tasks)
+    return forward_groups(model, x.expand(len(tasks), 1, *x.shape), tasks)[:, 0]
 
 
 class ActiveTaskLwF(LearningWithoutForgetting):
@@ -62,15 +66,41 @@ class ActiveTaskLwF(LearningWithoutForgetting):
     :param temperature: softmax temperature T.
     """
 
+    def __init__(self, alpha: float, temperature: float) -> None:
+        super().__init__(alpha, temperature)
+        #: (tasks, their units, device) → the units as an index: :meth:`_units`
+        self._unit_index: tuple[tuple, torch.Tensor] | None = None
+
     def _lwf_penalty(self, out: torch.Tensor, x: torch.Tensor, curr_model: nn.Module):
         tasks = list(self.prev_classes_by_task)
         if self.prev_model is None or not tasks:
             return 0
         with torch.no_grad():
-            previous = task_logits(self.prev_model, x, tasks)
-        current = task_logits(curr_model, x, tasks)
-        return sum(self._distillation_loss(c, p, self.prev_classes_by_task[t])
-                   for t, c, p in zip(tasks, current, previous, strict=True)) / len(tasks)
+            previous = task_logits(self.prev_model, x, tasks).float()
+        current = task_logits(curr_model, x, tasks).float()
+        units = [sorted(self.prev_classes_by_task[t]) for t in tasks]
+        if any(len(u) != len(units[0]) for u in units):      # tasks of unlike sizes
+            return sum(self._distillation_loss(c, p, u) for u, c, p
+                       in zip(units, current, previous, strict=True)) / len(tasks)
+        if any(u != list(range(current.shape[-1])) for u in units):
+            index = self._units(tasks, units, current.device)
+            current, previous = (logits.gather(-1, index.expand(*logits.shape[:-1], -1))
+                                 for logits in (current, previous))
+        # Avalanche's distillation term (KL of the softened outputs over the task's units, a
+        # batch mean) of every task at once, then their mean
+        log_p = torch.log_softmax(current / self.temperature, dim=-1)
+        q = torch.softmax(previous / self.temperature, dim=-1)
+        return F.kl_div(log_p, q, reduction="sum") / (len(tasks) * x.shape[0])
+
+    def _units(self, tasks: Sequence[int], units: list[list[int]], device: torch.device
+               ) -> torch.Tensor:
+        """The distilled units of each task as a ``(G, 1, c)`` index on ``device``, kept
+        while the tasks and their classes stay the same."""
+        key = (tuple(tasks), tuple(map(tuple, units)), device)
+        if self._unit_index is None or self._unit_index[0] != key:
+            self._unit_index = (key, torch.tensor(units).unsqueeze(1).to(device,
+                                                                          non_blocking=True))
+        return self._unit_index[1]
 
     def post_adapt(self, agent, exp) -> None:
         """Avalanche's update (copy the model, add the experience's classes), then freeze the
@@ -113,8 +143,12 @@ class TaskLwFPlugin(LwFPlugin, UnlearningPlugin):
         return dict(self.lwf.prev_classes_by_task)
 
     def before_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
+        """The distillation term, its forward passes under the strategy's autocast (the
+        divergence in float32)."""
         if not strategy.trains_head_only():
-            strategy.loss += self.lwf(strategy.mb_x, strategy.mb_output, strategy.model)
+            with strategy.speed.autocast(strategy.device):
+                penalty = self.lwf(strategy.mb_x, strategy.mb_output, strategy.model)
+            strategy.loss += penalty
 
     def before_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         self.forget(task)
@@ -220,6 +254,8 @@ class LwF(HeadWarmupTemplate):
         return {**super().checkpoint_state(), "has_teacher": self.lwf.lwf.prev_model is not None}
 
     def restore_checkpoint_state(self, state: dict) -> None:
+        """The template's restore; a teacher is re-created from the model on the strategy's
+        device first (the saved one is loaded into it, where the model trains)."""
         if state["has_teacher"] and self.lwf.lwf.prev_model is None:
-            self.lwf.lwf.set_previous_model(self.model)
+            self.lwf.lwf.set_previous_model(self.model.to(self.device))
         super().restore_checkpoint_state(state)

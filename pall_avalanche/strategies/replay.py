@@ -26,10 +26,11 @@ import math
 import numpy as np
 import qpsolvers
 import torch
-from avalanche.models import avalanche_forward
 from avalanche.training.plugins import GEMPlugin
 from torch import nn
 
+from pall_avalanche.models import TaskIncrementalNet
+from pall_avalanche.models.grouped import batchable, group_losses
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
@@ -100,21 +101,68 @@ class TaskGEMPlugin(GEMPlugin, UnlearningPlugin):
             memory.pop(task, None)
 
     def before_training_iteration(self, strategy: UnlearningTemplate, **kwargs) -> None:
-        """Reference gradients g_k of every stored task's memory (rows of ``self.G``)."""
+        """Reference gradients g_k of every stored task's memory (rows of ``self.G``): the
+        gradient of the loss of each task's whole memory through that task.
+
+        On a :class:`~pall_avalanche.models.TaskIncrementalNet` whose backbone runs batched
+        (:func:`~pall_avalanche.models.grouped.batchable`, no per-task parameters), all of
+        them at once: every task's memory in one batched forward pass, each with its own copy
+        of the backbone's parameters (torch.func's construction of per-example gradients), so
+        one backward pass gives every task's gradient: a copy's gradient is its task's, and a
+        head row is used by its task alone (rows in the order of the stacked buffers; GEM's
+        projection does not depend on it). Any other network: one forward and one backward
+        pass per task, in task order."""
         if not self.memory_x:
             return
-        strategy.model.train()
+        model = strategy.model
+        model.train()
+        tasks = sorted(self.memory_x)
+        if (isinstance(model, TaskIncrementalNet) and batchable(model.backbone)
+                and not any(model.task_parameters(t) for t in tasks)):
+            self.G = torch.cat([self._stack_gradients(strategy, model, stack)
+                                for stack in self.episodic.stacks(tasks)])
+            return
         rows = []
-        for task in sorted(self.memory_x):
-            strategy.optimizer.zero_grad()
-            out = avalanche_forward(strategy.model, self.memory_x[task], task)
-            strategy._criterion(out, self.memory_y[task]).backward()
-            rows.append(torch.cat([
-                p.grad.flatten() if p.grad is not None
-                else torch.zeros(p.numel(), device=p.device)
-                for p in strategy.model.parameters()
-            ]))
+        for task in tasks:
+            with strategy.speed.autocast(strategy.device):
+                logits = model(self.memory_x[task], task)
+            loss = strategy._criterion(logits.float(), self.memory_y[task])
+            params = [p for p in model.parameters() if p.requires_grad]
+            grads = dict(zip(map(id, params), torch.autograd.grad(loss, params,
+                                                                  allow_unused=True),
+                             strict=True))
+            rows.append(torch.cat([g.flatten() if (g := grads.get(id(p))) is not None
+                                   else p.new_zeros(p.numel()) for p in model.parameters()]))
         self.G = torch.stack(rows)
+
+    @staticmethod
+    def _stack_gradients(strategy: UnlearningTemplate, model: TaskIncrementalNet,
+                         stack) -> torch.Tensor:
+        """The reference gradients of the tasks of one buffer stack, ``(G, d)``."""
+        groups = len(stack.tasks)
+        copies = {name: p.detach().unsqueeze(0).repeat(groups, *([1] * p.dim()))
+                  .requires_grad_(True)
+                  for name, p in model.named_parameters()
+                  if name.startswith("backbone.") and p.requires_grad}
+        with strategy.speed.autocast(strategy.device):
+            logits = model.forward_groups(stack.x.unsqueeze(1), stack.tasks,
+                                          parameters=copies)[:, 0]
+        losses = group_losses(strategy._criterion, logits.float(), stack.y)
+        head = model.head.weight
+        grads = torch.autograd.grad(losses.sum(), [*copies.values(), head], allow_unused=True)
+        rows = dict(zip(copies, grads[:-1], strict=True))
+        # the head's gradient: each task's rows, in its own task's row of G
+        index, _, _ = model._group_index(stack.tasks, head.device)
+        per_task = head.new_zeros(groups, *head.shape)
+        if grads[-1] is not None:
+            spread = index.unsqueeze(-1).expand(-1, -1, head.shape[1])
+            per_task.scatter_(1, spread, grads[-1].index_select(0, index.flatten())
+                              .view(*index.shape, -1))
+        return torch.cat([
+            per_task.flatten(1) if p is head
+            else rows[name].flatten(1) if rows.get(name) is not None
+            else p.new_zeros(groups, p.numel())
+            for name, p in model.named_parameters()], dim=1)
 
     def after_backward(self, strategy: UnlearningTemplate, **kwargs) -> None:
         if self.memory_x:

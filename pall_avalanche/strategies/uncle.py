@@ -28,7 +28,6 @@ Avalanche's head bookkeeping) that no forward pass uses.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -43,16 +42,20 @@ from pall_avalanche.strategies.base import UnlearningTemplate
 __all__ = ["UnCLe", "noise_objective", "output_regulariser"]
 
 
-def output_regulariser(generated: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor]
-                       ) -> torch.Tensor:
+def output_regulariser(generated: torch.Tensor, anchors: torch.Tensor,
+                       entries: torch.Tensor | None = None) -> torch.Tensor:
     """The mean over tasks of ``‖generated_τ − anchor_τ‖²`` (sum of squares over the
-    parameters): what keeps the tasks' generated weights where they were.
+    parameters): what keeps the tasks' generated weights where they were; all tasks in one
+    sum.
 
-    :param generated: each task's generated parameter vector now.
-    :param anchors: the same tasks' vectors before the request (constants).
+    :param generated: each task's generated parameter vector now, one row each ``(G, L)``.
+    :param anchors: the same tasks' vectors before the request ``(G, L)`` (a constant).
+    :param entries: 0/1 ``(G, L)``, each task's own entries of a row longer than its vector
+        (:meth:`~pall_avalanche.models.hypernetwork.GeneratedNetwork.fixed_generation`);
+        ``None``: every entry.
     """
-    total = sum((g - a).pow(2).sum() for g, a in zip(generated, anchors, strict=True))
-    return total / len(anchors)
+    squares = (generated - anchors).square()
+    return (squares if entries is None else squares * entries).sum() / len(generated)
 
 
 def noise_objective(weights: torch.Tensor, samples: int) -> torch.Tensor:
@@ -112,10 +115,12 @@ class UnCLe(UnlearningTemplate):
                 raise ValueError(f"{name}={value!r} is invalid; valid: a finite number >= 0")
         self.beta_reg, self.gamma_forget = float(beta_reg), float(gamma_forget)
         self.unlearn_steps, self.noise_samples = unlearn_steps, noise_samples
-        #: The tasks the output regulariser anchors in the learning request in progress, and
-        #: their generated vectors before it.
+        #: The tasks the output regulariser anchors in the learning request in progress,
+        #: their fixed generation (embeddings, length, entries) and their generated vectors
+        #: before it (rows).
         self._anchored: list[int] = []
-        self._anchors: list[torch.Tensor] = []
+        self._generation: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
+        self._anchors: torch.Tensor | None = None
         net = task_network(model, kwargs.get("n_tasks"))
         super().__init__(model=GeneratedNetwork(net, hidden=hidden, chunk_size=chunk_size,
                                                 embedding_dim=embedding_dim), **kwargs)
@@ -138,13 +143,16 @@ class UnCLe(UnlearningTemplate):
         super()._before_training_exp(**kwargs)
         self.model.embeddings[str(self.experience.task_label)].requires_grad_(True)
         self._anchored = list(self.active_tasks)
-        with torch.no_grad():
-            self._anchors = self.model.generate(self._anchored)
+        if self._anchored:
+            self._generation = self.model.fixed_generation(self._anchored)
+            with torch.no_grad():
+                self._anchors = self.model.hnet(*self._generation[:2])
 
     def _before_backward(self, **kwargs) -> None:
         if self._anchored and self.beta_reg:
+            embeddings, length, entries = self._generation
             self.loss += self.beta_reg * output_regulariser(
-                self.model.generate(self._anchored), self._anchors)
+                self.model.hnet(embeddings, length), self._anchors, entries)
         super()._before_backward(**kwargs)
 
     def _after_backward(self, **kwargs) -> None:
@@ -153,7 +161,7 @@ class UnCLe(UnlearningTemplate):
 
     def _after_training_exp(self, **kwargs) -> None:
         self.model.embeddings[str(self.experience.task_label)].requires_grad_(False)
-        self._anchored, self._anchors = [], []
+        self._anchored, self._generation, self._anchors = [], None, None
         super()._after_training_exp(**kwargs)
 
     def _clip_gradients(self) -> None:
@@ -180,14 +188,17 @@ class UnCLe(UnlearningTemplate):
         """Drive ``task``'s generated weights towards noise, the remaining tasks' kept by the
         regulariser; no data is read."""
         remaining = list(self.active_tasks)
+        embeddings, length, entries = self.model.fixed_generation([*remaining, task])
+        size = self.model.size(task)
         with torch.no_grad():
-            anchors = self.model.generate(remaining)
+            anchors = self.model.hnet(embeddings, length)[:-1]
 
         def loss() -> torch.Tensor:
-            *kept, forgotten = self.model.generate([*remaining, task])
-            total = self.gamma_forget * noise_objective(forgotten, self.noise_samples)
+            rows = self.model.hnet(embeddings, length)
+            total = self.gamma_forget * noise_objective(rows[-1, :size], self.noise_samples)
             if remaining:
-                total = total + output_regulariser(kept, anchors)
+                total = total + output_regulariser(
+                    rows[:-1], anchors, None if entries is None else entries[:-1])
             return total
 
         steps = self.unlearning_steps()

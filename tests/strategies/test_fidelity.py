@@ -324,3 +324,30 @@ def test_class_stratified_indices_draw_as_the_reference():
     same = sum(int(labels[class_stratified_indices(labels, 2, 3)].unique().numel() == 1)
                for _ in range(3000)) / 3000
     assert same == pytest.approx(33 / 105, abs=0.03)
+
+
+def test_class_stratified_indices_draw_every_row_of_a_batch_on_its_own():
+    """Rows of a ``(..., len)`` batch (the buffers of many tasks, twice each) are drawn by
+    the same rule, independently: each row's labels in its own order."""
+    torch.manual_seed(1)
+    base = torch.tensor([0] * 6 + [1] * 6 + [2] * 3)
+    rows = torch.stack([base[torch.randperm(15)] for _ in range(4)]).view(2, 2, 15)
+    counts = {r: [] for r in range(4)}
+    first_positions = []
+    for _ in range(500):
+        index = class_stratified_indices(rows, 7, 3)
+        assert index.shape == (2, 2, 7)
+        flat, labels = index.view(4, 7), rows.view(4, 15)
+        for r in range(4):
+            assert len(set(flat[r].tolist())) == 7
+            drawn = torch.bincount(labels[r][flat[r]], minlength=3) - 2
+            assert drawn.min() >= 0 and drawn.sum() == 1          # 2 of each, then one more
+            counts[r].append(drawn)
+        first_positions.append(flat[:, 0].tolist())
+    for r in range(4):     # the seventh sample is uniform over the 9 left in every row
+        mean = torch.stack(counts[r]).float().mean(0).tolist()
+        assert mean == pytest.approx([4 / 9, 4 / 9, 1 / 9], abs=0.06)
+    # rows are independent: two rows with the same labels do not draw alike
+    same = torch.stack([base] * 2)
+    draws = [class_stratified_indices(same, 7, 3) for _ in range(20)]
+    assert sum(torch.equal(d[0], d[1]) for d in draws) < 3

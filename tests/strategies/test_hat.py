@@ -262,8 +262,9 @@ class Record(UnlearningPlugin):
 
     @staticmethod
     def backups(strategy) -> dict[int, dict[str, torch.Tensor]]:
-        return {u: {n: w.detach().clone() for n, w in weights.items()}
-                for u, weights in strategy._backup_weights.items()}
+        """Backup u's tensors, from the request's backups stacked over the tasks u."""
+        return {u: {n: w[index].detach().clone() for n, w in strategy._backup_weights.items()}
+                for index, u in enumerate(strategy._backup_tasks)}
 
     def before_training_iteration(self, strategy, **kwargs):
         self.first.setdefault(strategy.experience.task_label, self.backups(strategy))
@@ -373,3 +374,27 @@ def test_amnesiac_hat_keeps_nothing_for_a_permanent_task():
     assert strategy.request_statistics()["compensated_tasks"] == [1, 2, 3]
     assert sorted(strategy.updates) == sorted(strategy.before) == [3]
     assert strategy.backups == {} and net.tasks() == [1, 2, 3]
+
+
+def test_amnesiac_hat_backups_run_in_one_pass_as_one_at_a_time():
+    strategy, bm, _ = make_strategy("amnesiac_hat", measured=False, epochs=1,
+                                    train_per_task=64)
+    captured = {}
+
+    class Capture(UnlearningPlugin):
+        def before_backward(self, strategy, **kwargs):
+            if strategy.experience.task_label == 2 and not captured:
+                captured["x"] = strategy.mb_x.clone()
+                captured["routes"] = [tuple(None if t is None else t.detach().clone()
+                                            for t in layer) for layer in strategy._routes]
+
+    strategy.plugins.append(Capture())
+    for exp in RequestStream(bm, seq("L0 L1 L2")):
+        strategy.train(exp)
+    net, routes, x = strategy.model, captured["routes"], captured["x"]
+    got = net.backup_forwards(x, 2, routes)
+    assert got.shape[0] == 2                              # backups of tasks 0 and 1
+    for g in range(2):
+        one = [tuple(None if t is None else t[g] for t in layer) for layer in routes]
+        torch.testing.assert_close(got[g], net.backup_forward(x, 2, one), rtol=1e-5,
+                                   atol=1e-6)

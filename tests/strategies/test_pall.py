@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import (
     TINY_VIT,
+    BufferDraws,
     make_strategy,
     predictions,
     seeded_redraw,
@@ -222,3 +223,52 @@ def test_pall_trains_own_tokens_freezes_others_and_redraws_them_on_unlearning(re
         assert torch.equal(after_u[key], after_1[key]) != retrain_tokens, key
     for key in ("cls_tokens.2", "pos_embeds.4"):                   # no other task's
         assert torch.equal(after_u[key], after_1[key]), key
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_retraining_loss_and_gradient_equal_one_mini_batch_at_a_time(model, monkeypatch):
+    """One retraining step's objective, all remaining tasks in one batched pass, against the
+    same draws run one mini-batch at a time through each task's subnetwork (β·MSE on the
+    first mini-batch of B^τ, CE on the second, the mean over the tasks): equal within float32
+    reduction order (rtol 1e-5), the loss and the gradient of every weight."""
+    strategy, bm, _ = pall(model, epochs=1)
+    for exp in RequestStream(bm, seq("L0 L1 L2 L3")):
+        strategy.train(exp)
+    net, tasks = strategy.model, [0, 1, 3]
+    net.train()
+    draws = BufferDraws(monkeypatch)
+    with net.stacked(tasks):
+        loss = strategy.replay.replay_loss(strategy, tasks, 10)
+    grad = torch.autograd.grad(loss, [w for _, w in net.named_weights()])
+    assert sorted((t, j) for t, j, _ in draws.draws) == [(t, j) for t in tasks for j in (0, 1)]
+    expected = 0.0
+    for task, j, index in draws.draws:
+        x, y, z = strategy.memory.buffers[task]
+        logits = net(x[index], task)
+        expected = expected + (0.5 * torch.nn.functional.mse_loss(logits, z[index]) if j == 0
+                               else torch.nn.functional.cross_entropy(logits, y[index]))
+    expected = expected / len(tasks)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grad, torch.autograd.grad(expected, [w for _, w in net.named_weights()]),
+                         strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("amp, dtype", [(None, torch.float32), ("bf16", torch.bfloat16)])
+def test_retraining_runs_its_forward_passes_under_the_strategys_autocast(amp, dtype,
+                                                                          monkeypatch):
+    from pall_avalanche.rehearsal import objective
+
+    seen = []
+    real = objective.forward_groups
+
+    def recording(net, x, tasks):
+        out = real(net, x, tasks)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(objective, "forward_groups", recording)
+    strategy, bm, _ = pall("cnn", amp=amp, epochs=1, n_retrain_iters=3)
+    for exp in RequestStream(bm, seq("L0 L1 L2 U1")):
+        strategy.train(exp)
+    assert seen == [dtype] * 3

@@ -284,3 +284,40 @@ def test_invalid_hyper_parameters_are_rejected():
                        "model; got model Linear"):
         LwF(model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1), lwf_alpha=1.0,
             lwf_temperature=2.0)
+
+
+def test_ewc_penalty_gradient_is_the_sum_of_the_tasks_quadratic_terms():
+    """The penalty from float64 sums over the stored tasks: value and gradient equal the
+    direct Σ_τ Σ_i F_τ,i (θ_i − θ_τ,i)² (autograd of it, in float64 here)."""
+    strategy, bm, _ = make_strategy("ewc", epochs=1)
+    for exp in RequestStream(bm, seq("L0 L1 L2 L3")):
+        strategy.train(exp)
+    plugin, model = strategy.ewc, strategy.model
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    params = dict(model.named_parameters())
+    value = plugin.penalty(model)
+    grads = torch.autograd.grad(value, list(params.values()), allow_unused=True)
+    direct = sum((plugin.importances[c][n].expand(p.shape).double()
+                  * (p.double() - plugin.saved_params[c][n].expand(p.shape).double()) ** 2).sum()
+                 for c in plugin.counter_of.values() for n, p in params.items()
+                 if n in plugin.saved_params[c])
+    expected = torch.autograd.grad(direct, list(params.values()), allow_unused=True)
+    assert float(value.detach()) == pytest.approx(float(direct.detach()), rel=1e-6)
+    for name, got, want in zip(params, grads, expected, strict=True):
+        assert (got is None) == (want is None), name
+        if got is not None:
+            torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-9, msg=name)
+
+
+def test_lsf_code_loss_is_the_mean_of_each_tasks_code_cross_entropy():
+    strategy, bm, _ = make_strategy("lsf", epochs=2)
+    for exp in RequestStream(bm, seq("L0 L1 L2")):
+        strategy.train(exp)
+    model = strategy.model.train()
+    tasks = [0, 1, 2]
+    loss = strategy.code_loss(tasks)
+    expected = sum(F.cross_entropy(model(strategy.codes[t], t), strategy.code_classes[t])
+                   for t in tasks) / 3
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)

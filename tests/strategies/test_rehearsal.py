@@ -327,3 +327,22 @@ def test_bad_hyper_parameters_fail_clearly():
         make_strategy("derpp", buffer_size=5)
     with pytest.raises(ValueError, match=r"beta=-1 and n_retrain_iters=50 must be >= 0"):
         make_strategy("derpp", beta=-1)
+
+
+def test_gem_reference_gradients_are_each_tasks_memory_gradient():
+    """Row k of G: the gradient of task k's whole memory's CE through task k, here one task
+    at a time with plain backward passes (GEM's and upstream's loop)."""
+    strategy, bm, _ = make_strategy("gem", epochs=1)
+    for exp in RequestStream(bm, seq("L0 L1 L2 U1 L3")):
+        strategy.train(exp)
+    gem, model = strategy.gem, strategy.model
+    gem.before_training_iteration(strategy)
+    rows = []
+    for task in sorted(gem.memory_x):
+        model.zero_grad(set_to_none=True)
+        F_ce = nn.functional.cross_entropy(model(gem.memory_x[task], task), gem.memory_y[task])
+        F_ce.backward()
+        rows.append(torch.cat([p.grad.flatten() if p.grad is not None
+                               else torch.zeros(p.numel()) for p in model.parameters()]))
+    assert sorted(gem.memory_x) == [0, 2, 3]
+    torch.testing.assert_close(gem.G, torch.stack(rows), rtol=1e-5, atol=1e-7)
