@@ -10,7 +10,6 @@ import pickle
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -133,38 +132,6 @@ def seeded_redraw(rng_state: torch.Tensor, current: dict[str, torch.Tensor], ent
 def dump_pickle(path: Path, obj: dict) -> None:
     with path.open("wb") as f:
         pickle.dump(obj, f)
-
-
-def cifar_rows(images: np.ndarray) -> np.ndarray:
-    """The official row layout of (n, 3, 32, 32) uint8 images: 1024 red, then 1024 green,
-    then 1024 blue values, row-major."""
-    rows = np.empty((len(images), 3072), dtype=np.uint8)
-    for n, image in enumerate(images):
-        rows[n] = np.concatenate([image[c].ravel() for c in range(3)])
-    return rows
-
-
-def write_cifar10(root: Path, *, train_per_class: int, test_per_class: int, seed: int = 0
-                  ) -> Path:
-    """A small CIFAR-10 in the official layout, ``root/cifar-10-batches-py``: random images,
-    ``train_per_class`` per class spread over ``data_batch_1..5`` and ``test_per_class`` per
-    class in ``test_batch``, plus ``batches.meta``; returns the folder."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    dump_pickle(folder / "batches.meta", {b"num_cases_per_batch": 10 * train_per_class // 5,
-                                          b"num_vis": 3072,
-                                          b"label_names": [f"c{i}".encode() for i in range(10)]})
-    rng = np.random.default_rng(seed)
-    train = rng.permutation(np.repeat(np.arange(10), train_per_class))
-    batches = [(f"data_batch_{i + 1}", labels) for i, labels in enumerate(np.array_split(train, 5))]
-    for name, labels in [*batches, ("test_batch", np.repeat(np.arange(10), test_per_class))]:
-        images = rng.integers(0, 256, size=(len(labels), 3, 32, 32), dtype=np.uint8)
-        dump_pickle(folder / name, {b"batch_label": name.encode(),
-                                    b"labels": [int(label) for label in labels],
-                                    b"data": cifar_rows(images),
-                                    b"filenames": [f"{name}_{k}.png".encode()
-                                                   for k in range(len(labels))]})
-    return folder
 
 
 class HostSyncError(AssertionError):

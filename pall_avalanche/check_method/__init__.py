@@ -1,6 +1,7 @@
 """The contract a method must keep to be run by the harness, checked on digits in seconds.
 
     python -m pall_avalanche.check_method NAME [--plugin FILE_OR_MODULE ...] [--seed K]
+        [--device cuda]
 
 prints one line per check (``ok`` or ``FAIL`` with what was seen) and exits 0 when all pass,
 1 when one fails, 2 on bad input. ``tests/contract/test_check_method.py`` runs the same checks for
@@ -32,6 +33,10 @@ and for a method registered ``exact=True``:
   every entry trained with the unlearned task's data or buffer was re-drawn.
 
 A method that claims exactness and fails is reported as such.
+
+With ``--device`` (a GPU) every run trains there, in deterministic mode (``deterministic``:
+torch's deterministic algorithms), so that the bit-for-bit checks (resume, remaining tasks)
+can hold; an operation without a deterministic kernel is named in one line.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.cli import Parser, main_guard, parse_run_arguments
+from pall_avalanche.cli import Parser, check_device, main_guard, parse_run_arguments
 from pall_avalanche.config import apply_overrides, check_run_config, for_benchmark
 
 __all__ = ["CHECK_OVERRIDES", "CHECK_REQUESTS", "Check", "check_method", "main"]
@@ -64,8 +69,9 @@ class Check:
         return f"{'ok  ' if self.passed else 'FAIL'} {self.name}: {self.detail}"
 
 
-def check_method(method: str, *, seed: int = 0) -> list[Check]:
-    """Run every check of the contract (module docstring) on ``method``.
+def check_method(method: str, *, seed: int = 0, device: str = "cpu") -> list[Check]:
+    """Run every check of the contract (module docstring) on ``method``, training on
+    ``device`` (deterministic algorithms on a device other than the CPU).
 
     :raises ValueError: ``method`` is not registered.
     """
@@ -74,10 +80,13 @@ def check_method(method: str, *, seed: int = 0) -> list[Check]:
                          "(a plugin registers more: --plugin)")
     config = apply_overrides(for_benchmark("digits"), CHECK_OVERRIDES.items())
     config["alpha"] = 1 / config["n_tasks"]
+    if device != "cpu":
+        config["deterministic"] = True
     resolved = check_run_config(config, method)
     from pall_avalanche.check_method.checks import run_contract  # torch only once the input is good
 
-    return run_contract(method, resolved, seed, CHECK_REQUESTS, exact=METHOD_INFO[method].exact)
+    return run_contract(method, resolved, seed, CHECK_REQUESTS, exact=METHOD_INFO[method].exact,
+                        device=device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,8 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="load an extension (a module or file registering methods) first "
                              "(repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="the seed (default 0)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the runs train: cpu (default), cuda, cuda:N (deterministic "
+                             "algorithms there)")
     args = parse_run_arguments(parser, argv)
-    checks = check_method(args.method, seed=args.seed)
+    check_device(args.device)
+    checks = check_method(args.method, seed=args.seed, device=args.device)
     for check in checks:
         print(check)
     failed = [c.name for c in checks if not c.passed]

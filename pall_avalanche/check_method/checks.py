@@ -81,21 +81,24 @@ def _same(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
 
 
 def run_contract(method: str, config: dict, seed: int,
-                 requests: Sequence[tuple[str, int]], *, exact: bool) -> list[Check]:
-    """The contract's checks of ``method`` with the resolved ``config`` on ``requests``."""
+                 requests: Sequence[tuple[str, int]], *, exact: bool,
+                 device: str = "cpu") -> list[Check]:
+    """The contract's checks of ``method`` with the resolved ``config`` on ``requests``,
+    training on ``device``."""
     sequence = [{"kind": kind, "task": task} for kind, task in requests]
     test_stream = build_benchmark(config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
                                   train_per_task=config.get("train_per_task")).test_stream
     full, tracker = _Recorder(test_stream), ProvenanceTracker()
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = Path(folder) / "run.ckpt"
-        record = run_record(method, seed, config, requests=sequence, plugins=[full, tracker])
+        record = run_record(method, seed, config, requests=sequence, plugins=[full, tracker],
+                            device=device)
         with contextlib.suppress(_Stop):
             run_record(method, seed, config, requests=sequence, checkpoint=checkpoint,
-                       plugins=[_Recorder(test_stream, stop_at=2)])
+                       plugins=[_Recorder(test_stream, stop_at=2)], device=device)
         resumed = _Recorder(test_stream)
         again = run_record(method, seed, config, requests=sequence, checkpoint=checkpoint,
-                           plugins=[resumed])
+                           plugins=[resumed], device=device)
     checks = [_keys_check(method)]
     failed = [c for c in record["learning_checks"] if c["failed"]]
     checks.append(Check("learns", not failed, "every learned task above chance on its training "
@@ -109,7 +112,7 @@ def run_contract(method: str, config: dict, seed: int,
     checks.append(Check("resume", same and again["resumed_after"] == [1],
                         f"resumed after requests {again['resumed_after']}; accuracy matrix and "
                         f"parameters {'bit-identical' if same else 'DIFFER'}"))
-    checks.append(_optimizer_check(method, config, seed))
+    checks.append(_optimizer_check(method, config, seed, device))
     if exact:
         checks += _exactness_checks(method, config, full, record, tracker, requests)
     return checks
@@ -142,11 +145,11 @@ def _keys_check(method: str) -> Check:
                  f"declared but not taken by {spec.strategy.__name__}(...): {', '.join(missing)}")
 
 
-def _optimizer_check(method: str, config: dict, seed: int) -> Check:
+def _optimizer_check(method: str, config: dict, seed: int, device: str) -> Check:
     """Two learning requests with Avalanche's LRSchedulerPlugin(StepLR(halving)) on the
     strategy's own optimizer: the same object trains, at lr · 0.5^epoch in every request."""
     rates = _EpochRates()
-    built = build_run(method, config, seed=seed, plugins=[rates])
+    built = build_run(method, config, seed=seed, plugins=[rates], device=device)
     benchmark, strategy = built.benchmark, built.strategy
     optimizer = strategy.optimizer
     strategy.plugins.insert(0, LRSchedulerPlugin(torch.optim.lr_scheduler.StepLR(

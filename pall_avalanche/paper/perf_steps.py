@@ -38,7 +38,8 @@ from pathlib import Path
 
 from pall_avalanche.cli import Parser, main_guard
 
-__all__ = ["TARGET", "cli", "main", "measure"]
+__all__ = ["TARGET", "StepMeter", "cli", "iteration_probes", "main", "measure",
+           "probe_loop_steps"]
 
 #: The most aten operations PALL's retraining iteration at T = 20 may cost, in plain steps.
 TARGET = 5.0
@@ -111,33 +112,59 @@ def benchmark_with(n_tasks: int, *, seed: int, train_per_task: int):
         "digits", data[0], data[1], n_tasks=n_tasks, seed=seed, train_per_task=train_per_task)
 
 
-class _Steps:
-    """Counts the aten operations of one step and times the following ones (process time),
-    for training iterations and for the steps of unlearning loops."""
+class StepMeter:
+    """Counts what one step issues (its aten operations; on a GPU also the kernels it
+    launches) and times the following ones: process time on the CPU, synchronised wall time
+    on a GPU. :meth:`start` and :meth:`stop` bracket a step (training iterations, the steps of
+    unlearning loops).
 
-    def __init__(self) -> None:
+    :param device: where the steps run.
+    :param timed: how many steps after the counted one are timed.
+    """
+
+    def __init__(self, device: str = "cpu", timed: int = TIMED_STEPS) -> None:
+        import torch
+
+        self.cuda = torch.device(device).type == "cuda"
+        self.timed = timed
         self.ops: int | None = None
+        #: kernels the counted step launched (``None`` off a GPU)
+        self.kernels: int | None = None
         self.times: list[float] = []
         #: the run diverged before every step was measured
         self.diverged = False
         self._profile = None
         self._start = 0.0
 
+    def _clock(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            return time.perf_counter()
+        return time.process_time()
+
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         if self.ops is None and self._profile is None:
-            self._profile = profile(activities=[ProfilerActivity.CPU])
+            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if self.cuda else [])]
+            self._profile = profile(activities=activities)
             self._profile.__enter__()
-        self._start = time.process_time()
+        self._start = self._clock()
 
     def stop(self) -> None:
-        elapsed = time.process_time() - self._start
+        elapsed = self._clock() - self._start
         if self._profile is not None:
+            from torch.autograd import DeviceType
+
             self._profile.__exit__(None, None, None)
-            self.ops = sum(e.name.startswith("aten::") for e in self._profile.events())
+            events = self._profile.events()
+            self.ops = sum(e.name.startswith("aten::") for e in events)
+            if self.cuda:
+                self.kernels = sum(e.device_type == DeviceType.CUDA for e in events)
             self._profile = None
-        elif len(self.times) < TIMED_STEPS:
+        elif len(self.times) < self.timed:
             self.times.append(elapsed)
 
     def summary(self) -> tuple[int | str | None, float | str | None]:
@@ -169,30 +196,12 @@ def measure(methods, tasks, *, train_per_task: int, threads: int) -> list[dict]:
         for method in ["sequential", *[m for m in methods if m != "sequential"]]:
             config = {**resolve_method_config(base, method), "n_tasks": n_tasks, "epochs": 1,
                       "lr": 0.01}
-            learning, unlearning = _Steps(), _Steps()
-            start, stop = _iteration_probes(learning, n_tasks - 1)
+            learning, unlearning = StepMeter(), StepMeter()
+            start, stop = iteration_probes(learning, n_tasks - 1)
             strategy = build_run(method, config, seed=0, benchmark=benchmark,
                                  plugins=[stop], measured=False).strategy
             strategy.plugins.insert(0, start)
-            fresh = strategy.fresh_optimizer
-
-            def probed(param_groups, fresh=fresh, steps=unlearning):
-                optimizer = fresh(param_groups)
-                zero_grad, step = optimizer.zero_grad, optimizer.step
-
-                def started(*a, **k):
-                    zero_grad(*a, **k)
-                    steps.start()
-
-                def stopped(*a, **k):
-                    out = step(*a, **k)
-                    steps.stop()
-                    return out
-
-                optimizer.zero_grad, optimizer.step = started, stopped
-                return optimizer
-
-            strategy.fresh_optimizer = probed
+            probe_loop_steps(strategy, unlearning)
             stream = RequestStream(benchmark, requests)
             try:
                 for experience in stream[:n_tasks]:
@@ -211,20 +220,44 @@ def measure(methods, tasks, *, train_per_task: int, threads: int) -> list[dict]:
     return [r for r in rows if r["method"] in methods]
 
 
-def _iteration_probes(steps: _Steps, task: int) -> tuple:
-    """Two plugins: the first starts ``steps`` when a training iteration of ``task`` begins
-    (put it before every other plugin), the second stops it when the iteration ends (put it
-    after them)."""
+def probe_loop_steps(strategy, steps: StepMeter) -> None:
+    """Bracket every step of the strategy's unlearning and retraining loops with ``steps``:
+    each fresh optimizer starts it after ``zero_grad`` and stops it after ``step``."""
+    fresh = strategy.fresh_optimizer
+
+    def probed(param_groups):
+        optimizer = fresh(param_groups)
+        zero_grad, step = optimizer.zero_grad, optimizer.step
+
+        def started(*args, **kwargs):
+            zero_grad(*args, **kwargs)
+            steps.start()
+
+        def stopped(*args, **kwargs):
+            out = step(*args, **kwargs)
+            steps.stop()
+            return out
+
+        optimizer.zero_grad, optimizer.step = started, stopped
+        return optimizer
+
+    strategy.fresh_optimizer = probed
+
+
+def iteration_probes(steps: StepMeter, task: int | None = None) -> tuple:
+    """Two plugins: the first starts ``steps`` when a training iteration of ``task`` (any
+    task: ``None``) begins (put it before every other plugin), the second stops it when the
+    iteration ends (put it after them)."""
     from pall_avalanche.core import UnlearningPlugin
 
     class Start(UnlearningPlugin):
         def before_training_iteration(self, strategy, **kwargs):
-            if strategy.experience.task_label == task:
+            if task is None or strategy.experience.task_label == task:
                 steps.start()
 
     class Stop(UnlearningPlugin):
         def after_training_iteration(self, strategy, **kwargs):
-            if strategy.experience.task_label == task:
+            if task is None or strategy.experience.task_label == task:
                 steps.stop()
 
     return Start(), Stop()
@@ -247,7 +280,7 @@ def _plain_step(strategy, benchmark, config) -> tuple[int, float]:
     data = copy.copy(benchmark.train_stream[0].dataset).eval()
     x = torch.stack([data[i][0] for i in range(config["batch_size"])])
     y = torch.tensor([int(data.targets[i]) for i in range(config["batch_size"])])
-    steps = _Steps()
+    steps = StepMeter()
     for _ in range(TIMED_STEPS + 2):
         steps.start()
         optimizer.zero_grad()

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import cifar_rows as _flat  # the short names: test_data.py imports them from here
 from helpers import dump_pickle as _dump
 from PIL import Image
 
 from pall_avalanche.data import cifar
 from pall_avalanche.data.cifar import ImageArrays, load_cifar
+from pall_avalanche.data.synthetic import cifar_rows as _flat  # test_data.py imports it here
 from pall_avalanche.data.tinyimagenet import load_tinyimagenet
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import FAST_CONFIG, HostSyncDetector, write_cifar10
+from helpers import FAST_CONFIG, HostSyncDetector
 
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.data import CIFAR10_STATS, build_benchmark, image_benchmark
@@ -18,6 +18,7 @@ from pall_avalanche.data.device import (
     DeviceImages,
     device_images_of,
 )
+from pall_avalanche.data.synthetic import write_cifar10
 from pall_avalanche.data.tasks import evaluation_loader, half_of_task, unshuffled_batches
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience

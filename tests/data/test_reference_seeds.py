@@ -13,11 +13,11 @@ import random
 
 import numpy as np
 import pytest
-from helpers import write_cifar10
 
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.cifar import load_cifar
 from pall_avalanche.data.device import device_images_of
+from pall_avalanche.data.synthetic import write_cifar10
 from pall_avalanche.data.tasks import class_order_for_seed
 from pall_avalanche.requests import generate_requests
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import cifar_rows, dump_pickle, write_cifar10
+from helpers import dump_pickle
 from test_datasets_files import _age_index_files, _write_cifar10, _write_tiny
 
 from pall_avalanche.data import build_benchmark, safe_pickle
 from pall_avalanche.data.cifar import load_cifar
+from pall_avalanche.data.synthetic import cifar_rows, write_cifar10
 from pall_avalanche.data.tinyimagenet import load_tinyimagenet
 
 

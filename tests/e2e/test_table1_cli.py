@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import benchmark_script, write_cifar10
+from helpers import benchmark_script
 
 from pall_avalanche.checkpoint import load_checkpoint
 from pall_avalanche.config import apply_overrides, for_benchmark
+from pall_avalanche.data.synthetic import write_cifar10
 from pall_avalanche.files import read_record
 from pall_avalanche.runs import record_path
 from pall_avalanche.runs.store import RECORD_FORMAT

@@ -124,3 +124,30 @@ def test_the_cosine_preset_anneals_each_training_phase_from_the_base_rate(
 
     assert rates.requests[0] == by_hand(first_request_phases)
     assert rates.requests[1] == by_hand([2, 2])    # warm-up / fine-tuning: its own cosine
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_the_configurations_optimizers_step_every_parameter_at_once(name):
+    """foreach on the CPU (the values of torch's per-parameter loop bit for bit: checked here
+    on 20 steps), fused kernels on a GPU."""
+    from pall_avalanche.strategies import make_optimizer
+
+    config = {"optimizer": name, "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+    torch.manual_seed(0)
+    start = [torch.randn(30, 20), torch.randn(20), torch.randn(7, 3, 3, 3)]
+    runs = []
+    for foreach in (True, False):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        optimizer = make_optimizer(config, params)
+        assert optimizer.defaults["foreach"] is True
+        if not foreach:              # the same optimizer, stepping one parameter at a time
+            optimizer = type(optimizer)(params, **{**optimizer.defaults, "foreach": False})
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(20):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator)
+            optimizer.step()
+        runs.append(params)
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+    on_gpu = make_optimizer(config, [torch.nn.Parameter(torch.zeros(2))], "cuda")
+    assert on_gpu.defaults["fused"] is True and not on_gpu.defaults["foreach"]
