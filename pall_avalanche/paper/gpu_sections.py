@@ -20,7 +20,7 @@ from pall_avalanche.config import apply_overrides, for_benchmark, resolve_method
 from pall_avalanche.files import load_record
 from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import build_model
-from pall_avalanche.paper.perf_steps import StepMeter, iteration_probes, probe_loop_steps
+from pall_avalanche.paper.step_meter import StepMeter, iteration_probes, probe_loop_steps
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs.build import build_run

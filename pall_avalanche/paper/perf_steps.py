@@ -2,7 +2,7 @@
 and CPU time per step of every method at T = 5, 10 and 20, against a plain step.
 
     python benchmarks/perf_steps.py                        # every method, T = 5, 10, 20
-    python benchmarks/perf_steps.py --report-dir reports   # also writes perf_steps.md
+    python benchmarks/perf_steps.py --baseline e43a453 --report-dir reports  # beside a commit
     python benchmarks/perf_steps.py --methods pall derpp --tasks 20
 
 The set-up of each T: the embedded digits images as 2T classes (digit d of copy k, its images
@@ -27,25 +27,32 @@ one torch thread:
 The target (the last line): PALL's retraining iteration at T = 20 costs at most 5× a plain step
 in aten operations. Operation counts do not depend on the machine's load; times do (one
 thread, process time: run it on a quiet machine and read the ratios, measured side by side).
+
+``--baseline REF`` measures another commit too, in the same invocation: REF is checked out
+into a temporary git worktree and this measurement runs in a fresh interpreter with that
+code first on ``PYTHONPATH`` (its own plain step, with that code's optimizer); every cell
+then shows this code's figure and REF's after it.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.paper.step_meter import StepMeter, iteration_probes, probe_loop_steps
 
-__all__ = ["TARGET", "StepMeter", "cli", "iteration_probes", "main", "measure",
-           "probe_loop_steps"]
+__all__ = ["TARGET", "cli", "main", "measure"]
 
 #: The most aten operations PALL's retraining iteration at T = 20 may cost, in plain steps.
 TARGET = 5.0
 DEFAULT_TASKS = (5, 10, 20)
-#: Steps timed per kind (after the one counted).
-TIMED_STEPS = 8
 
 
 def main(argv=None) -> str:
@@ -62,6 +69,10 @@ def main(argv=None) -> str:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--report-dir", type=Path,
                         help="also write perf_steps.md there")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also measure this git commit, side by side (checked out into a "
+                             "temporary worktree)")
+    parser.add_argument("--json", type=Path, help="write the measured rows as JSON")
     args = parser.parse_args(argv)
     built_in = [m for m, info in METHOD_INFO.items() if info.where.startswith(
         "pall_avalanche.") and not info.where.startswith("pall_avalanche.audit.")]
@@ -76,14 +87,47 @@ def main(argv=None) -> str:
     if args.train_per_task < 32 or args.threads < 1:
         raise ValueError(f"--train-per-task={args.train_per_task} must be >= 32 (one "
                          f"mini-batch) and --threads={args.threads} >= 1")
+    baseline = (_measure_commit(args.baseline, methods, args) if args.baseline is not None
+                else None)
     rows = measure(methods, args.tasks, train_per_task=args.train_per_task,
                    threads=args.threads)
-    text = render(rows, args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows))
+    text = render(rows, args, baseline)
     print(text)
     if args.report_dir is not None:
         args.report_dir.mkdir(parents=True, exist_ok=True)
         (args.report_dir / "perf_steps.md").write_text(text + "\n")
     return text
+
+
+def _measure_commit(ref: str, methods: list[str], args: argparse.Namespace) -> list[dict]:
+    """The rows of :func:`measure` for the code of commit ``ref`` (a temporary worktree on
+    ``PYTHONPATH``, this file run as a script in a fresh interpreter)."""
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory(prefix="perf_steps_") as scratch:
+        tree, script, out = Path(scratch) / "tree", Path(scratch) / "measure.py", \
+            Path(scratch) / "rows.json"
+        added = subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref],
+                               cwd=root, capture_output=True, text=True)
+        if added.returncode:
+            raise ValueError(f"--baseline {ref}: not a commit of this repository "
+                             f"({added.stderr.strip().splitlines()[-1]})")
+        try:
+            shutil.copy(__file__, script)
+            done = subprocess.run(
+                [sys.executable, str(script), "--methods", *methods, "--tasks",
+                 *map(str, args.tasks), "--train-per-task", str(args.train_per_task),
+                 "--threads", str(args.threads), "--json", str(out)],
+                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+                text=True)
+            if done.returncode:
+                raise RuntimeError(f"measuring {ref} failed: "
+                                   f"{done.stderr.strip().splitlines()[-1]}")
+            return json.loads(out.read_text())
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root,
+                           capture_output=True)
 
 
 def benchmark_with(n_tasks: int, *, seed: int, train_per_task: int):
@@ -110,69 +154,6 @@ def benchmark_with(n_tasks: int, *, seed: int, train_per_task: int):
                      torch.cat([y + 10 * k for k in range(copies)])))
     return task_incremental_benchmark_from_tensors(
         "digits", data[0], data[1], n_tasks=n_tasks, seed=seed, train_per_task=train_per_task)
-
-
-class StepMeter:
-    """Counts what one step issues (its aten operations; on a GPU also the kernels it
-    launches) and times the following ones: process time on the CPU, synchronised wall time
-    on a GPU. :meth:`start` and :meth:`stop` bracket a step (training iterations, the steps of
-    unlearning loops).
-
-    :param device: where the steps run.
-    :param timed: how many steps after the counted one are timed.
-    """
-
-    def __init__(self, device: str = "cpu", timed: int = TIMED_STEPS) -> None:
-        import torch
-
-        self.cuda = torch.device(device).type == "cuda"
-        self.timed = timed
-        self.ops: int | None = None
-        #: kernels the counted step launched (``None`` off a GPU)
-        self.kernels: int | None = None
-        self.times: list[float] = []
-        #: the run diverged before every step was measured
-        self.diverged = False
-        self._profile = None
-        self._start = 0.0
-
-    def _clock(self) -> float:
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize()
-            return time.perf_counter()
-        return time.process_time()
-
-    def start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
-        if self.ops is None and self._profile is None:
-            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if self.cuda else [])]
-            self._profile = profile(activities=activities)
-            self._profile.__enter__()
-        self._start = self._clock()
-
-    def stop(self) -> None:
-        elapsed = self._clock() - self._start
-        if self._profile is not None:
-            from torch.autograd import DeviceType
-
-            self._profile.__exit__(None, None, None)
-            events = self._profile.events()
-            self.ops = sum(e.name.startswith("aten::") for e in events)
-            if self.cuda:
-                self.kernels = sum(e.device_type == DeviceType.CUDA for e in events)
-            self._profile = None
-        elif len(self.times) < self.timed:
-            self.times.append(elapsed)
-
-    def summary(self) -> tuple[int | str | None, float | str | None]:
-        """(operations of one step, median seconds per step); ``"diverged"`` for what the
-        run did not reach, ``None`` where the method has no such step."""
-        if self.diverged and self.ops is None:
-            return "diverged", "diverged"
-        return self.ops, (statistics.median(self.times) if self.times else None)
 
 
 def measure(methods, tasks, *, train_per_task: int, threads: int) -> list[dict]:
@@ -220,49 +201,6 @@ def measure(methods, tasks, *, train_per_task: int, threads: int) -> list[dict]:
     return [r for r in rows if r["method"] in methods]
 
 
-def probe_loop_steps(strategy, steps: StepMeter) -> None:
-    """Bracket every step of the strategy's unlearning and retraining loops with ``steps``:
-    each fresh optimizer starts it after ``zero_grad`` and stops it after ``step``."""
-    fresh = strategy.fresh_optimizer
-
-    def probed(param_groups):
-        optimizer = fresh(param_groups)
-        zero_grad, step = optimizer.zero_grad, optimizer.step
-
-        def started(*args, **kwargs):
-            zero_grad(*args, **kwargs)
-            steps.start()
-
-        def stopped(*args, **kwargs):
-            out = step(*args, **kwargs)
-            steps.stop()
-            return out
-
-        optimizer.zero_grad, optimizer.step = started, stopped
-        return optimizer
-
-    strategy.fresh_optimizer = probed
-
-
-def iteration_probes(steps: StepMeter, task: int | None = None) -> tuple:
-    """Two plugins: the first starts ``steps`` when a training iteration of ``task`` (any
-    task: ``None``) begins (put it before every other plugin), the second stops it when the
-    iteration ends (put it after them)."""
-    from pall_avalanche.core import UnlearningPlugin
-
-    class Start(UnlearningPlugin):
-        def before_training_iteration(self, strategy, **kwargs):
-            if task is None or strategy.experience.task_label == task:
-                steps.start()
-
-    class Stop(UnlearningPlugin):
-        def after_training_iteration(self, strategy, **kwargs):
-            if task is None or strategy.experience.task_label == task:
-                steps.stop()
-
-    return Start(), Stop()
-
-
 def _plain_step(strategy, benchmark, config) -> tuple[int, float]:
     """One SGD step of a fresh copy of the model's architecture: (operations, median s)."""
     import copy
@@ -296,41 +234,62 @@ def _cell(value, reference) -> str:
     return f"{value:,}" if reference is None else f"{value:,} ({value / reference:.1f}×)"
 
 
-def render(rows: list[dict], args: argparse.Namespace) -> str:
-    """The report: one table of operations, one of CPU times, and the target line."""
+def _ms(pair, reference) -> str:
+    if pair[1] is None or isinstance(pair[1], str):
+        return pair[1] or "—"
+    return f"{1e3 * pair[1]:.2f} ({pair[1] / reference[1]:.1f}×)"
+
+
+def render(rows: list[dict], args: argparse.Namespace,
+           baseline: list[dict] | None = None) -> str:
+    """The report: one table of operations, one of CPU times (each cell this code's figure
+    and, with a baseline, the baseline's after it), and the target line."""
     import platform
 
     import torch
 
+    before = {(r["T"], r["method"]): r for r in baseline or []}
+    command = (f"python benchmarks/perf_steps.py --tasks {' '.join(map(str, args.tasks))} "
+               f"--train-per-task {args.train_per_task} --threads {args.threads}"
+               + (f" --baseline {args.baseline}" if args.baseline else "")
+               + (f" --report-dir {args.report_dir}" if args.report_dir else ""))
     lines = ["# What a step costs as tasks accumulate", "",
-             f"Command: `python benchmarks/perf_steps.py "
-             f"--tasks {' '.join(map(str, args.tasks))} --train-per-task "
-             f"{args.train_per_task} --threads {args.threads}`; digits MLP, T tasks of two "
-             f"classes (docstring of `pall_avalanche.paper.perf_steps`); torch "
-             f"{torch.__version__}, {platform.processor() or platform.machine()}, "
-             f"{args.threads} thread(s).", "",
+             f"Command: `{command}`; digits MLP, T tasks of two classes (docstring of "
+             f"`pall_avalanche.paper.perf_steps`); torch {torch.__version__}, "
+             f"{platform.processor() or platform.machine()}, {args.threads} thread(s).", "",
              "## aten operations per step", "",
              "Learning step: a training iteration of the last task, T−1 tasks learned, "
              "(× Sequential's). Unlearning step: one step of the unlearning request's loop, "
-             "T−1 remaining tasks (× a plain SGD step of the same model and mini-batch).", "",
+             "T−1 remaining tasks (× a plain SGD step of the same model and mini-batch)."
+             + (f" Each cell: this code; after `·`, commit {args.baseline}." if baseline
+                else ""), "",
              "| Method | T | learning step | unlearning step | plain step |",
              "|---|---|---|---|---|"]
-    for row in rows:
-        lines.append(f"| {row['method']} | {row['T']} | "
-                     f"{_cell(row['learning'][0], row['sequential'][0])} | "
-                     f"{_cell(row['unlearning'][0], row['plain'][0])} | "
-                     f"{row['plain'][0]:,} |")
+
+    def cells(row, figure, index):
+        old = before.get((row["T"], row["method"]))
+        out = []
+        for kind, reference in (("learning", "sequential"), ("unlearning", "plain"),
+                                ("plain", None)):
+            now = figure(row[kind], row[reference] if reference else None, index)
+            if old is not None:
+                now += " · " + figure(old[kind], old[reference] if reference else None, index)
+            out.append(now)
+        return " | ".join(out)
+
+    def ops(pair, reference, _):
+        return _cell(pair[0], None if reference is None else reference[0])
+
+    def ms(pair, reference, _):
+        if reference is None:
+            return f"{1e3 * pair[1]:.2f}"
+        return _ms(pair, reference)
+
+    lines += [f"| {row['method']} | {row['T']} | {cells(row, ops, 0)} |" for row in rows]
     lines += ["", "## CPU time per step (ms, median)", "",
               "| Method | T | learning step | unlearning step | plain step |",
               "|---|---|---|---|---|"]
-    for row in rows:
-        def ms(pair, reference):
-            if pair[1] is None or isinstance(pair[1], str):
-                return pair[1] or "—"
-            return f"{1e3 * pair[1]:.2f} ({pair[1] / reference[1]:.1f}×)"
-        lines.append(f"| {row['method']} | {row['T']} | "
-                     f"{ms(row['learning'], row['sequential'])} | "
-                     f"{ms(row['unlearning'], row['plain'])} | {1e3 * row['plain'][1]:.2f} |")
+    lines += [f"| {row['method']} | {row['T']} | {cells(row, ms, 1)} |" for row in rows]
     pall = [r for r in rows if r["method"] == "pall" and r["T"] == 20]
     if pall and isinstance(pall[0]["unlearning"][0], int):
         ratio = pall[0]["unlearning"][0] / pall[0]["plain"][0]

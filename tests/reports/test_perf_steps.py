@@ -31,7 +31,7 @@ def test_the_report_names_its_command_and_both_tables(tmp_path, capsys):
     text = main(["--tasks", "5", "--methods", "pall", "sequential", "--train-per-task", "32",
                  "--report-dir", str(tmp_path)])
     assert (tmp_path / "perf_steps.md").read_text() == text + "\n"
-    assert "`python benchmarks/perf_steps.py --tasks 5 --train-per-task 32 --threads 1`" in text
+    assert "`python benchmarks/perf_steps.py --tasks 5 --train-per-task 32 --threads 1 " in text
     rows = [line for line in text.splitlines() if line.startswith("| pall | 5 |")]
     assert len(rows) == 2                                     # operations, then times
     assert all(cell.count("×") == 1 for cell in rows[0].split("|")[3:5])
@@ -42,6 +42,8 @@ def test_the_report_names_its_command_and_both_tables(tmp_path, capsys):
     (["--tasks", "7"], "--tasks 7: each T must be a multiple of 5"),
     (["--methods", "nope"], "--methods nope: unknown"),
     (["--train-per-task", "8"], "--train-per-task=8 must be >= 32"),
+    (["--baseline", "no-such-commit", "--tasks", "5"],
+     "--baseline no-such-commit: not a commit of this repository"),
 ])
 def test_bad_options_are_refused_in_one_line(argv, message):
     with pytest.raises(ValueError, match=message):
