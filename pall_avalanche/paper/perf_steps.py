@@ -29,9 +29,10 @@ in aten operations. Operation counts do not depend on the machine's load; times 
 thread, process time: run it on a quiet machine and read the ratios, measured side by side).
 
 ``--baseline REF`` measures another commit too, in the same invocation: REF is checked out
-into a temporary git worktree and this measurement runs in a fresh interpreter with that
-code first on ``PYTHONPATH`` (its own plain step, with that code's optimizer); every cell
-then shows this code's figure and REF's after it.
+into a temporary git worktree, this measurement's own code (this file and its step meter)
+is copied beside it, and it runs in a fresh interpreter with that code first on
+``PYTHONPATH`` (REF's methods, its own plain step with REF's optimizer); every cell then shows
+this code's figure and REF's after it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,12 @@ import tempfile
 from pathlib import Path
 
 from pall_avalanche.cli import Parser, main_guard
-from pall_avalanche.paper.step_meter import StepMeter, iteration_probes, probe_loop_steps
+from pall_avalanche.paper.step_meter import (
+    TIMED_STEPS,
+    StepMeter,
+    iteration_probes,
+    probe_loop_steps,
+)
 
 __all__ = ["TARGET", "cli", "main", "measure"]
 
@@ -114,7 +120,10 @@ def _measure_commit(ref: str, methods: list[str], args: argparse.Namespace) -> l
             raise ValueError(f"--baseline {ref}: not a commit of this repository "
                              f"({added.stderr.strip().splitlines()[-1]})")
         try:
+            # this measurement's code, the step meter included, over the commit's package
             shutil.copy(__file__, script)
+            shutil.copy(Path(__file__).with_name("step_meter.py"),
+                        tree / "pall_avalanche" / "paper" / "step_meter.py")
             done = subprocess.run(
                 [sys.executable, str(script), "--methods", *methods, "--tasks",
                  *map(str, args.tasks), "--train-per-task", str(args.train_per_task),
