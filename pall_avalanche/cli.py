@@ -167,7 +167,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "written with --report-dir reports)")
     parser.add_argument("--device", default="cpu",
                         help="torch device: cpu, cuda, cuda:N, ... (default cpu)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars and no per-request lines; one line per finished "
+                             "run stays, with the time so far and the time left")
     parser.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
                         help="run the (method, seed) records in N parallel processes, each "
                              "with cores/N torch threads; 'auto' (default): one per CPU core "
