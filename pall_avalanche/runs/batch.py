@@ -23,7 +23,7 @@ from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.build import build_run
 from pall_avalanche.runs.engine import RunOptions, run_and_write
 from pall_avalanche.runs.locks import RecordLock
-from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
+from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, run_threads, start_pool
 from pall_avalanche.runs.progress import (
     OverallProgress,
     StageProgress,
@@ -77,11 +77,12 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     :param requests: replay this sequence for every seed instead of generated ones.
     :param device: where to train.
     :param show_progress: progress bars.
-    :param jobs: run the missing records in this many parallel processes (spawned; each uses
-        ``max(1, cpu_count // jobs)`` torch threads and, with ``device="cuda"`` on a machine
-        with several GPUs, its own GPU), or ``"auto"``: one per core for CPU runs when many
-        records are missing (:func:`~pall_avalanche.runs.pool.resolve_jobs`). The records are
-        the same as with 1.
+    :param jobs: run the missing records in this many parallel processes (spawned; with
+        ``device="cuda"`` on a machine with several GPUs, each its own GPU), or ``"auto"``: one
+        per core for CPU runs when many records are missing
+        (:func:`~pall_avalanche.runs.pool.resolve_jobs`). A CPU run uses
+        :data:`~pall_avalanche.runs.pool.CPU_RUN_THREADS` torch threads wherever it runs, so
+        the records are the same as with 1.
     :param checkpoints: checkpoint every run after each request next to its record and resume
         from such a checkpoint (:func:`run_record`); ``False``: neither.
     :param wandb: W&B settings: one W&B run per new record (reused records are not logged
@@ -295,8 +296,9 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                 if jobs == 1:
                     bar.set_postfix_str(name(spec))
                     try:
-                        done[spec] = run_and_write(*arguments(spec, show_progress),
-                                                    heartbeat=lock.refresh)
+                        with run_threads(device):
+                            done[spec] = run_and_write(*arguments(spec, show_progress),
+                                                        heartbeat=lock.refresh)
                     except DivergedError as err:
                         if not skip_diverged:
                             raise _failed(spec, err) from err
