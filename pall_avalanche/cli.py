@@ -42,6 +42,7 @@ from pall_avalanche.config import (
 )
 from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES, THRESHOLD_METHODS
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
+from pall_avalanche.runs.pool import CPU_RUN_THREADS
 from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
 __all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
@@ -167,12 +168,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "written with --report-dir reports)")
     parser.add_argument("--device", default="cpu",
                         help="torch device: cpu, cuda, cuda:N, ... (default cpu)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars and no per-request lines; one line per finished "
+                             "run stays, with the time so far and the time left")
     parser.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
-                        help="run the (method, seed) records in N parallel processes, each "
-                             "with cores/N torch threads; 'auto' (default): one per CPU core "
-                             f"when at least {AUTO_MIN_RUNS} CPU runs are missing, else 1 "
-                             "(the records are the same)")
+                        help="run the (method, seed) records in N parallel processes; 'auto' "
+                             f"(default): one per CPU core when at least {AUTO_MIN_RUNS} CPU "
+                             "runs are missing, else 1 (the records are the same: a CPU run "
+                             f"uses {CPU_RUN_THREADS} torch thread anywhere)")
     parser.add_argument("--no-checkpoint", dest="checkpoints", action="store_false",
                         help="no per-request checkpoints (by default a killed run resumes "
                              "after its last finished request)")

@@ -37,6 +37,7 @@ _WHERE = {
     "AuditProbe": "probes",
     "ProvenanceTracker": "provenance",
     "audit_rows": "oracle",
+    "audit_specs": "oracle",
     "interval_cell": "oracle",
     "oracle_sequence": "oracle",
     "run_audit": "oracle",

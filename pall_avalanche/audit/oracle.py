@@ -25,11 +25,12 @@ from pall_avalanche.audit.twins import run_sharing_twins
 from pall_avalanche.evaluation.metrics import relapse_summary
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
-from pall_avalanche.runs.spec import plan
+from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
-__all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "interval_cell",
-           "not_learned", "oracle_rows", "oracle_sequence", "relearn_threshold", "run_audit"]
+__all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "audit_specs",
+           "interval_cell", "not_learned", "oracle_rows", "oracle_sequence",
+           "relearn_threshold", "run_audit"]
 
 #: The relearning attack compares accuracies after this many fine-tuning steps.
 RELEARN_AT_STEP = 10
@@ -53,6 +54,20 @@ def oracle_sequence(requests: RequestSequence) -> tuple[RequestSequence, list[in
 
 
 # ------------------------------------------------------------------------ the audit
+def audit_specs(methods: Sequence[str], seeds: Sequence[int], config: dict, *,
+                requests: RequestSequence) -> dict[str, list[RunSpec]]:
+    """The unlearned, oracle and reference-oracle runs of every method and seed, by role
+    (:func:`run_audit`'s; all checked before any runs)."""
+    if len(seeds) < 2:
+        raise ValueError(f"the audit needs at least 2 seeds for its intervals, got {list(seeds)}")
+    oracle, _ = oracle_sequence(requests)
+    roles = {"unlearned": (requests, None), "oracle": (oracle, None),
+             "reference": (oracle, REFERENCE_SEED_OFFSET)}
+    return {role: plan(methods, seeds, config, requests=sequence, train_seed_offset=offset,
+                       modules=[AuditProbe.__module__])
+            for role, (sequence, offset) in roles.items()}
+
+
 def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_dir: str | Path,
               *, requests: RequestSequence, **options: Any) -> dict[str, list[dict]]:
     """Run (or reuse) the unlearned, oracle and reference-oracle records of every method and
@@ -62,26 +77,21 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     :param seeds: at least two seeds.
     :param config: a full configuration.
     :param requests: the audited sequence R (it must unlearn a task).
-    :param options: ``device``, ``jobs``, ``wandb``, ``show_progress``, ``stats`` of
-        :func:`~pall_avalanche.runs.batch.run_specs`; checkpoints are off (the probe's state
-        is not checkpointed) and a diverged run is left out (with a warning), not fatal.
+    :param options: ``device``, ``jobs``, ``wandb``, ``show_progress``, ``stats``,
+        ``overall`` of :func:`~pall_avalanche.runs.batch.run_specs`; checkpoints are off (the
+        probe's state is not checkpointed) and a diverged run is left out (with a warning),
+        not fatal.
 
     A leaky variant's oracle and reference runs are PALL's
     (:func:`~pall_avalanche.audit.twins.run_sharing_twins`: R′ has no unlearning request,
     the only thing in which they differ).
     """
-    if len(seeds) < 2:
-        raise ValueError(f"the audit needs at least 2 seeds for its intervals, got {list(seeds)}")
-    oracle, unlearned = oracle_sequence(requests)
+    specs = audit_specs(methods, seeds, config, requests=requests)
+    _, unlearned = oracle_sequence(requests)
     out = Path(out_dir)
     options = {k: v for k, v in options.items() if k != "checkpoints"}
-    roles = {"unlearned": (requests, None), "oracle": (oracle, None),
-             "reference": (oracle, REFERENCE_SEED_OFFSET)}
-    specs = {role: plan(methods, seeds, config, requests=sequence, train_seed_offset=offset,
-                        modules=[AuditProbe.__module__])
-             for role, (sequence, offset) in roles.items()}     # all checked before any runs
     records = {}
-    for role in roles:
+    for role in specs:
         run = partial(run_specs, out_dir=out / role, group=default_group(config),
                       checkpoints=False, skip_diverged=True,
                       probe=partial(AuditProbe, unlearned, relearn=role != "reference"),

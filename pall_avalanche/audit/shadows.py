@@ -53,10 +53,11 @@ from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.audit.twins import run_sharing_twins
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
-from pall_avalanche.runs.spec import plan
+from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
-__all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows", "run_shadows"]
+__all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows", "run_shadows",
+           "shadow_specs"]
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
@@ -79,25 +80,35 @@ def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any
         :func:`~pall_avalanche.runs.batch.run_specs` (checkpoints are off: the probe's state
         is not checkpointed; a diverged run is left out with a warning).
     """
-    if n_shadows < 4:
-        raise ValueError(f"--shadows {n_shadows}: the attack needs at least 4 shadow runs per "
-                         "method")
-    oracle, unlearned = oracle_sequence(requests)
+    _, unlearned = oracle_sequence(requests)
     task = unlearned[0]
     out = Path(out_dir) / "shadows"
     options = {k: v for k, v in options.items() if k != "checkpoints"}
     records = {}
-    for role, sequence in (("unlearned", requests), ("oracle", oracle)):
-        specs = [spec for i in range(n_shadows)
-                 for spec in plan(methods, [seed], config, requests=sequence,
-                                  overrides=[("shadow_task", task), ("shadow_seed", i)],
-                                  train_seed_offset=SHADOW_TRAIN_SEED_OFFSET + i,
-                                  modules=[ShadowProbe.__module__])]
+    for role, specs in shadow_specs(methods, n_shadows, config, requests=requests,
+                                    seed=seed).items():
         run = partial(run_specs, out_dir=out / role, group=default_group(config),
                       checkpoints=False, probe=partial(ShadowProbe, task), skip_diverged=True,
                       **options)
         records[role] = run(specs) if role == "unlearned" else run_sharing_twins(specs, run)
     return records
+
+
+def shadow_specs(methods: Sequence[str], n_shadows: int, config: dict, *,
+                 requests: RequestSequence, seed: int) -> dict[str, list[RunSpec]]:
+    """:func:`run_shadows`' runs by role: ``n_shadows`` of every method on R and on R′, each
+    on its random half of the attacked task."""
+    if n_shadows < 4:
+        raise ValueError(f"--shadows {n_shadows}: the attack needs at least 4 shadow runs per "
+                         "method")
+    oracle, unlearned = oracle_sequence(requests)
+    return {role: [spec for i in range(n_shadows)
+                   for spec in plan(methods, [seed], config, requests=sequence,
+                                    overrides=[("shadow_task", unlearned[0]),
+                                               ("shadow_seed", i)],
+                                    train_seed_offset=SHADOW_TRAIN_SEED_OFFSET + i,
+                                    modules=[ShadowProbe.__module__])]
+            for role, sequence in (("unlearned", requests), ("oracle", oracle))}
 
 
 def attacked_heads(record: Mapping[str, Any]) -> list[int]:

@@ -4,13 +4,13 @@ run once (:mod:`pall_avalanche.audit.leaky`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pall_avalanche.audit.leaky import LeakyPALL
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.runs.spec import RunSpec
 
-__all__ = ["oracle_twin", "run_sharing_twins"]
+__all__ = ["oracle_twin", "run_sharing_twins", "runs_needed"]
 
 
 def oracle_twin(spec: RunSpec) -> RunSpec:
@@ -39,3 +39,11 @@ def run_sharing_twins(specs: Sequence[RunSpec],
         if record is not None:
             out.append(record if twin == spec else {**record, "method": spec.method})
     return out
+
+
+def runs_needed(specs: Mapping[str, Sequence[RunSpec]]) -> int:
+    """How many runs the roles ``specs`` (role → its runs) take: every run of the role with
+    the unlearning request (``"unlearned"``), each distinct :func:`oracle_twin` of the
+    others (:func:`run_sharing_twins`)."""
+    return sum(len(runs) if role == "unlearned" else len(dict.fromkeys(map(oracle_twin, runs)))
+               for role, runs in specs.items())

@@ -48,6 +48,7 @@ __all__ = [
     "INDEPENDENT_SIZE",
     "METHOD_INFO",
     "MODEL_INFO",
+    "PAPER_BENCHMARKS",
     "SUBNETWORK_SIZE",
     "TABLE1_ALPHAS",
     "TABLE1_METHODS",
@@ -172,6 +173,9 @@ AUDIT_LEAKS = ("pall_leak_redraw_100", "pall_leak_redraw_50", "pall_leak_redraw_
                "pall_leak_redraw_10", "pall_leak_body", "pall_leak_head", "pall_leak_buffer")
 
 _DATA = "pall_avalanche.data"
+#: The paper's benchmarks: a run of one of them at its shipped configuration is "the paper's
+#: protocol" in a report; any other benchmark is a reduced (digits) or user's one.
+PAPER_BENCHMARKS = ("cifar10", "cifar100", "tinyimagenet")
 register_benchmark("digits", f"{_DATA}:digits", n_classes=10, default_n_tasks=5)
 register_benchmark("cifar10", f"{_DATA}:cifar10", n_classes=10, default_n_tasks=5)
 register_benchmark("cifar100", f"{_DATA}:cifar100", n_classes=100, default_n_tasks=10)

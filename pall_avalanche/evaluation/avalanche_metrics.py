@@ -59,13 +59,16 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
+    :param label: what the learning check's warning names the run by (default: the
+        strategy's class).
     """
 
     checkpoint_attributes = ("log.results",)
 
-    def __init__(self, test_stream: Sequence, eval_mb_size: int | None = None) -> None:
+    def __init__(self, test_stream: Sequence, eval_mb_size: int | None = None,
+                 label: str | None = None) -> None:
         super().__init__()
-        self.measurement = RequestMeasurement(test_stream, eval_mb_size)
+        self.measurement = RequestMeasurement(test_stream, eval_mb_size, label)
         self.n_tasks = len(self.measurement.test_stream)
         #: The requests measured so far, with their accuracy rows and figures.
         self.log = RequestLog()
@@ -140,15 +143,17 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
         return PREFIX
 
 
-def unlearning_metrics(test_stream: Sequence, eval_mb_size: int | None = None
-                       ) -> list[PluginMetric]:
+def unlearning_metrics(test_stream: Sequence, eval_mb_size: int | None = None,
+                       label: str | None = None) -> list[PluginMetric]:
     """The paper's metrics for an Avalanche ``EvaluationPlugin`` (a list, as Avalanche's
     metric helpers return): :class:`UnlearningMetrics`.
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
+    :param label: what the learning check's warning names the run by (default: the
+        strategy's class).
     """
-    return [UnlearningMetrics(test_stream, eval_mb_size)]
+    return [UnlearningMetrics(test_stream, eval_mb_size, label)]
 
 
 def _listens(metric, callback: str) -> bool:
@@ -174,7 +179,7 @@ class RequestEvaluator(EvaluationPlugin):
 
 
 def request_evaluator(test_stream: Sequence, eval_mb_size: int | None = None, *,
-                      loggers: Sequence = ()) -> EvaluationPlugin:
+                      loggers: Sequence = (), label: str | None = None) -> EvaluationPlugin:
     """An evaluator with :func:`unlearning_metrics` only (what the runner gives every
     strategy; a :class:`RequestEvaluator`): the requests are measured and ``after_request``
     fires; the values reach ``loggers`` (none by default: the runner writes records and W&B
@@ -183,10 +188,11 @@ def request_evaluator(test_stream: Sequence, eval_mb_size: int | None = None, *,
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
     :param loggers: Avalanche loggers to show the values.
+    :param label: what the learning check's warning names the run by.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="No loggers specified")
-        return RequestEvaluator(*unlearning_metrics(test_stream, eval_mb_size),
+        return RequestEvaluator(*unlearning_metrics(test_stream, eval_mb_size, label),
                                 loggers=list(loggers))
 
 

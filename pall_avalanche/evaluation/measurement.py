@@ -103,11 +103,15 @@ class RequestMeasurement:
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch size,
         as the paper's reference did).
+    :param label: what the learning check's warning names the run by (the harness: method
+        and seed; default: the strategy's class).
     """
 
-    def __init__(self, test_stream: Sequence[CLExperience], eval_mb_size: int | None = None):
+    def __init__(self, test_stream: Sequence[CLExperience], eval_mb_size: int | None = None,
+                 label: str | None = None):
         self.test_stream = list(test_stream)
         self.eval_mb_size = eval_mb_size
+        self.label = label
         self._start = 0.0
         self._epoch_start = 0.0
         self._epoch_seconds: list[float] = []
@@ -158,7 +162,8 @@ class RequestMeasurement:
         failed = learning_failed(accuracy, n_classes, len(data))
         if failed:
             warnings.warn(
-                f"learning request {index} left task {task} at chance on its "
+                f"{self.label or type(strategy).__name__}: learning request {index} left task "
+                f"{task} at chance on its "
                 f"own training data (balanced accuracy {accuracy:.1f} %, chance "
                 f"{100 / n_classes:.1f} %): too few steps, or a learning rate or initialisation "
                 "that does not suit the model; A_l alone does not show it",

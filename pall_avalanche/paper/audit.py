@@ -222,6 +222,16 @@ def _left_out(runs: dict, shadow_runs: dict, methods: list[str], n_seeds: int,
         "no run diverged")
 
 
+def quick_folders(out: Path, report_dir: Path) -> tuple[Path, Path]:
+    """``--quick``'s (records, report) folders: ``results/audit_quick`` for the default
+    ``results/audit``, the report beside the records unless ``--report-dir`` said
+    otherwise (``report_dir`` equal to ``out``: it was not given)."""
+    if out != Path("results/audit"):
+        return out, report_dir
+    quick = Path("results/audit_quick")
+    return quick, quick if report_dir == out else report_dir
+
+
 def main(argv=None) -> None:
     parser = script_parser(__doc__, name="audit", default_methods=AUDIT_METHODS.split(","))
     parser.add_argument("--shadows", type=int, default=None,
@@ -245,8 +255,8 @@ def main(argv=None) -> None:
     methods = [*run.methods, *(m for m in (AUDIT_CONTROL, *AUDIT_LEAKS) if m not in run.methods)]
     for key, value in QUICK_SETTING if args.quick else POWERED:
         run.default(key, value)    # the setting's keys, unless the command line sets them
-    if args.quick and args.out == Path("results/audit"):
-        args.out = Path("results/audit_quick")
+    if args.quick:
+        args.out, args.report_dir = quick_folders(args.out, args.report_dir)
     seeds = (run.seeds if args.seeds is not None
              else list(range(QUICK["seeds"] if args.quick else DEFAULT_SEEDS)))
     shadows = args.shadows or (QUICK["shadows"] if args.quick else DEFAULT_SHADOWS)
@@ -261,10 +271,12 @@ def main(argv=None) -> None:
                       f"{N_FOLDS} seeds (the committed report uses {DEFAULT_SEEDS})",
                       UserWarning, stacklevel=2)
     # torch and Avalanche only once the input is known to be good
-    from pall_avalanche.audit import oracle_sequence, run_audit
-    from pall_avalanche.audit.shadows import run_shadows
+    from pall_avalanche.audit import audit_specs, oracle_sequence, run_audit
+    from pall_avalanche.audit.shadows import run_shadows, shadow_specs
     from pall_avalanche.audit.summary import summarise
+    from pall_avalanche.audit.twins import runs_needed
     from pall_avalanche.audit.verdict import ALPHA, FAMILY_TESTS
+    from pall_avalanche.runs.progress import OverallProgress
 
     tests = sum(m not in (AUDIT_CONTROL, *AUDIT_LEAKS) for m in methods) * len(FAMILY_TESTS)
     needed = math.ceil(max(tests, len(FAMILY_TESTS)) / ALPHA)
@@ -276,7 +288,12 @@ def main(argv=None) -> None:
         requests = RequestSequence.parse(" ".join(AUDIT_REQUESTS), config["n_tasks"])
     oracle, _ = oracle_sequence(requests)
     started = time.perf_counter()
-    options = run_options(args)
+    # the five stages' runs, counted together: every progress line says how many of all the
+    # audit's runs are done and estimates the time left overall
+    total = (runs_needed(audit_specs(methods, seeds, config, requests=requests))
+             + runs_needed(shadow_specs(methods, shadows, config, requests=requests,
+                                        seed=seeds[0])))
+    options = {**run_options(args), "overall": OverallProgress(total)}
     runs = run_audit(methods, seeds, config, args.out, requests=requests, **options)
     shadow_runs = run_shadows(methods, shadows, config, args.out, requests=requests,
                               seed=seeds[0], **options)

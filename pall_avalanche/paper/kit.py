@@ -131,6 +131,14 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
     explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
     explicit |= {parse_override(text)[0] for text in args.overrides}
+    for text in args.overrides:
+        key = parse_override(text)[0]
+        method = key.split(".")[1] if key.startswith("methods.") else None
+        if method is not None and method not in methods:
+            raise ValueError(
+                f"--set {text}: {method} is not among this run's methods "
+                f"({', '.join(methods)}), so the setting would change nothing; add it: "
+                f"--methods {method}[,...]")
     command = f"{program_name(f'python {script}')} {shlex.join(argv)}".strip()
     return ScriptRun(args, methods, config, seeds, requests, command, explicit)
 
@@ -240,18 +248,16 @@ def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: 
     :param figures: file-name suffix → function writing the figure to a path.
     """
     stem = Path(run.args.report_dir) / f"{name}_{run.config['benchmark']}"
-    written = []
-    for suffix, draw in (figures or {}).items():
-        path = f"{stem}{suffix}.png"
-        draw(path)
-        written.append(Path(path).name)
+    figure_paths = {suffix: f"{stem}{suffix}.png" for suffix in figures or {}}
     notes = [*notes, f"Records: `{run.args.out}`"]
-    if written:
-        notes.append(f"Figures: {', '.join(written)}")
+    if figure_paths:
+        notes.append(f"Figures: {', '.join(Path(p).name for p in figure_paths.values())}")
     preamble = provenance(records, title=title, command=run.command, notes=notes,
                           changed=run.explicit)
     markdown = write_report(stem, preamble=preamble, numbers=numbers, cells=cells,
                             caption=title)
+    for suffix, path in figure_paths.items():     # after the report: it may keep earlier ones
+        figures[suffix](path)
     log_table(WandbSettings.from_args(run.args), stem.name, numbers, config=run.config,
               markdown=markdown, group=default_group(run.config))
     print(markdown)

@@ -62,9 +62,8 @@ def main(argv=None) -> None:
              f"{config['n_unlearn']}, model {config['model']}, {epochs_per_task(records)})")
     stem = f"table1_{config['benchmark']}"
     figure = Path(run.args.report_dir) / f"{stem}.png"
-    plot_table1(frame, chance_by_benchmark(records), figure, title)
     notes = [f"Records: `{run.args.out}`", f"Figure: {figure.name} (A_l against A_u per row, "
-             "exact methods as stars, chance dashed)"]
+             "exact methods filled, chance dashed)"]
     if "pall" in run.methods:
         notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "
                         f"with the configuration (WSN: α = {config['alpha']:g})")
@@ -72,6 +71,7 @@ def main(argv=None) -> None:
                           changed=run.explicit)
     markdown = write_report(Path(run.args.report_dir) / stem, preamble=preamble, numbers=frame,
                             cells=table1_cells(frame), caption=title)
+    plot_table1(frame, chance_by_benchmark(records), figure, title)   # after: see write_report
     log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
               markdown=markdown, group=default_group(config))
     print(markdown)

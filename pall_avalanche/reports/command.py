@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -101,38 +102,43 @@ def main(argv: Sequence[str] | None = None) -> str:
         frame, cells = table1_side_by_side(records)
         title = args.title or ("Table 1 — " + ", ".join(dict.fromkeys(frame["benchmark"]))
                                + " side by side")
-        plot_table1(frame, chance_by_benchmark(records), f"{args.out}.png", title)
         notes = [model_size_note(frame), f"Figure: {args.out.name}.png (A_l against A_u per "
-                 "row and benchmark, exact methods as stars, chance dashed)"]
+                 "row and benchmark, exact methods filled, chance dashed)"]
+        figures = [partial(plot_table1, frame, chance_by_benchmark(records), f"{args.out}.png",
+                           title)]
     else:
-        frame, cells, title, notes = _results_report(records, args.out, args.title or "Results")
+        frame, cells, title, notes, figures = _results_report(records, args.out,
+                                                              args.title or "Results")
     preamble = provenance(records, title=title, command=command, notes=notes)
     markdown = write_report(args.out, preamble=preamble, numbers=frame, cells=cells,
                             caption=title)
+    for draw in figures:          # after the report, which may keep an earlier one's figures
+        draw()
     print(markdown)
     return markdown
 
 
 def _results_report(records: list[dict], out: Path, title: str
-                    ) -> tuple[pd.DataFrame, pd.DataFrame, str, list[str]]:
-    """The generic report of :func:`main`: (numbers, cells, title, notes), figures written
-    next to ``out``."""
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, str, list[str], list[Callable]]:
+    """The generic report of :func:`main`: (numbers, cells, title, notes, the functions that
+    draw its figures next to ``out``)."""
     records = sorted(_settings(records), key=lambda r: (r["method"], str(r["point"]), r["seed"]))
     frame = summary_frame(records, ("benchmark", "method", "point"))
     cells = format_table(frame, {n: COLUMNS[n] for n in METRIC_NAMES} | {
         "A_l_min": "A_l^min", "model_size_mb": "Model size (MB)", "seeds": "Seeds"},
         index={"benchmark": "Benchmark", "label": "Method", "point": "Setting"})
-    figures = [f"{out.name}_heatmaps.png", f"{out.name}_timing.png"]
+    names = [f"{out.name}_heatmaps.png", f"{out.name}_timing.png"]
     first = {}
     for record in records:
         first.setdefault((record["method"], record["point"]), record)
-    plot_accuracy_heatmaps(list(first.values()), f"{out}_heatmaps.png", title)
-    plot_timing_vs_tasks(records, f"{out}_timing.png", title)
+    draws = [partial(plot_accuracy_heatmaps, list(first.values()), f"{out}_heatmaps.png", title),
+             partial(plot_timing_vs_tasks, records, f"{out}_timing.png", title)]
     by_nu = summary_frame(records, ("method", "n_unlearn"))
     if by_nu["n_unlearn"].nunique() > 1:
-        plot_metrics_vs(by_nu, "n_unlearn", ("A_l", "F_u"), f"{out}_vs_nu.png", xlabel="N_u")
-        figures.append(f"{out.name}_vs_nu.png")
-    return frame, cells, title, [f"Figures: {', '.join(figures)}"]
+        draws.append(partial(plot_metrics_vs, by_nu, "n_unlearn", ("A_l", "F_u"),
+                             f"{out}_vs_nu.png", xlabel="N_u"))
+        names.append(f"{out.name}_vs_nu.png")
+    return frame, cells, title, [f"Figures: {', '.join(names)}"], draws
 
 
 def cli(argv: Sequence[str] | None = None) -> None:

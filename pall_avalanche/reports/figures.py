@@ -105,12 +105,26 @@ def _ring(ax, x, y) -> None:
             mew=1.5, gid=FAILED_MARK)
 
 
+#: Table 1's markers, one per row in its order: filled ones for the exact methods, open ones
+#: for the others, each shape once per kind (rows whose points coincide stay told apart).
+EXACT_MARKERS = ("*", "P", "D", "X", "p", "h", "8", "H")
+APPROXIMATE_MARKERS = ("o", "s", "^", "v", "<", ">", "d", "H")
+
+
+def _spread(value: float, std: float) -> list[list[float]]:
+    """The error bar of ``value`` ± ``std``, clipped at 0 and 100 %: [[below], [above]]."""
+    return [[min(std, value)], [min(std, 100.0 - value)]]
+
+
 def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Path,
                 title: str = "") -> Figure:
     """Table 1 as a figure, one panel per benchmark: A_l (x, higher is better) against A_u
-    (y, chance is ideal) per row, mean ± std over seeds; exact methods drawn as filled stars,
-    the others as open circles; a dashed line at chance; a row with records whose learning
-    check failed ringed in red, ``†k/n`` after its label. Written atomically as PNG.
+    (y, chance is ideal) per row, mean ± std over seeds (the bars clipped at 0 and 100 %);
+    exact methods drawn with filled markers, the others with open ones, a shape of its own
+    per row (:data:`EXACT_MARKERS`, :data:`APPROXIMATE_MARKERS`) and half transparent, so
+    rows on one spot stay visible; a dashed line at chance; a row with records whose learning
+    check failed ringed in red, ``†k/n`` after its label, the ring in the legend. Written
+    atomically as PNG.
 
     :param frame: a :func:`table1_frame`.
     :param chance: benchmark → chance accuracy (percent: 100 / classes per task).
@@ -121,21 +135,28 @@ def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Pa
                              squeeze=False)
     colours = plt.get_cmap("tab20").colors
     for ax, (benchmark, rows) in zip(axes[0], points.items(), strict=False):
+        shown = {True: 0, False: 0}
         for i, point in enumerate(rows):
             exact = point["exact"]
+            markers = EXACT_MARKERS if exact else APPROXIMATE_MARKERS
+            marker = markers[shown[exact] % len(markers)]
+            shown[exact] += 1
             colour = colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
-            ax.errorbar(point["A_l"], point["A_u"], xerr=point["A_l_std"],
-                        yerr=point["A_u_std"], fmt="*" if exact else "o", color=colour,
-                        markersize=12 if exact else 7, capsize=2, elinewidth=0.8,
-                        mfc=colour if exact else "none",
+            ax.errorbar(point["A_l"], point["A_u"], xerr=_spread(point["A_l"], point["A_l_std"]),
+                        yerr=_spread(point["A_u"], point["A_u_std"]), fmt=marker, color=colour,
+                        markersize=12 if marker == "*" else 8, capsize=2, elinewidth=0.8,
+                        mfc=colour if exact else "none", alpha=0.75,
                         label=f"{point['row']} {point['failed']}".strip())
             if point["failed"]:
                 _ring(ax, [point["A_l"]], [point["A_u"]])
         ax.axhline(chance[benchmark], color="grey", linestyle="--", linewidth=1,
                    label=f"chance ({chance[benchmark]:.0f} %)")
+        if any(point["failed"] for point in rows):
+            ax.plot([], [], linestyle="none", marker="o", markersize=12, mfc="none", mec="red",
+                    mew=1.5, label="† red ring: a record whose learning check failed")
         ax.set_xlabel("A_l (%), higher is better")
         ax.set_ylabel("A_u (%), chance is ideal")
-        ax.set_title(f"{benchmark}: ★ exact unlearning, ○ approximate", fontsize=9)
+        ax.set_title(f"{benchmark}: filled, exact unlearning; open, approximate", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:

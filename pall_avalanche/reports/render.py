@@ -5,9 +5,13 @@ legend, and :func:`write_report` (``.csv`` + ``.md`` + ``.tex``, atomically, aft
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +22,12 @@ from pall_avalanche.catalog import (
     EMBEDDING_SIZE,
     HYPERNETWORK_SIZE,
     INDEPENDENT_SIZE,
+    PAPER_BENCHMARKS,
     SUBNETWORK_SIZE,
     method_label,
 )
 from pall_avalanche.evaluation.metrics import METRIC_NAMES
-from pall_avalanche.files import write_text_atomic
+from pall_avalanche.files import RunWarning, write_text_atomic
 from pall_avalanche.reports.aggregate import (
     FAILED_MARK,
     failed_mark,
@@ -219,9 +224,11 @@ def epochs_per_task(records: Sequence[dict]) -> str:
 def provenance(records: Sequence[dict], *, title: str, command: str,
                notes: Sequence[str] = (), changed: Iterable[str] = ()) -> str:
     """The Markdown preamble every report carries: title, exact command, scale (from the
-    records' configurations: a digits or subsampled run is labelled reduced; a paper-benchmark
-    run with ``changed`` keys names them), seeds, hardware and package versions, plus the
-    script's own ``notes``.
+    records' configurations: a digits or subsampled run is labelled reduced; a benchmark that
+    is not one of the paper's (:data:`~pall_avalanche.catalog.PAPER_BENCHMARKS`) is named
+    as such; a paper-benchmark run with ``changed`` keys names them; only a paper benchmark at
+    its configuration is "the paper's protocol"), seeds, hardware and package versions, plus
+    the script's own ``notes``.
 
     :param changed: configuration keys set on the command line (``data_root`` does not count).
     """
@@ -237,7 +244,11 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
              f"{', '.join(map(str, epochs))} epochs per learning request; train_per_task "
              f"{', '.join(per_task)}; model {', '.join(sorted({c['model'] for c in configs}))}")
     changed = sorted(set(changed) - {"data_root"})
-    if reduced:
+    own = [b for b in benchmarks if b not in (*PAPER_BENCHMARKS, "digits")]
+    if own:
+        scale += (f" — {', '.join(own)}: not one of the paper's benchmarks "
+                  f"({', '.join(PAPER_BENCHMARKS)}), so not the paper's protocol")
+    elif reduced:
         scale += (" — a REDUCED CPU-scale run, not the paper's protocol; numbers are not "
                   "comparable to the paper's")
     elif changed:
@@ -262,13 +273,50 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
     return "\n".join(lines) + "\n\n"
 
 
+#: What a report consists of: its table's three files and its figures (``<stem>*.png``).
+REPORT_SUFFIXES = (".md", ".csv", ".tex")
+
+
+def _row_labels(markdown: str) -> set[str]:
+    """The first cells of the rows of the first table in a report's Markdown."""
+    lines = markdown.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|---")), len(lines))
+    rows = itertools.takewhile(lambda line: line.startswith("| "), lines[start + 1:])
+    return {row[2:].split(" | ")[0].strip() for row in rows}
+
+
+def _keep_earlier_report(stem: Path, markdown: str) -> None:
+    """When ``<stem>.md`` is there and has rows the new report (``markdown``) lacks (a run of
+    fewer methods in the same folder), rename the earlier report's files — its table's and
+    its figures ``<stem>.png``, ``<stem>_*.png`` — to ``<name>.before-<UTC time><suffix>``
+    with a :class:`~pall_avalanche.files.RunWarning`, so the new report replaces nothing."""
+    earlier = stem.with_name(stem.name + ".md")
+    if not earlier.is_file():
+        return
+    lost = _row_labels(earlier.read_text()) - _row_labels(markdown)
+    if not lost:
+        return
+    moment = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    files = [stem.with_name(stem.name + suffix) for suffix in (*REPORT_SUFFIXES, ".png")]
+    files += stem.parent.glob(f"{stem.name}_*.png")
+    for path in files:
+        if path.is_file() and ".before-" not in path.name:
+            os.replace(path, path.with_name(f"{path.stem}.before-{moment}{path.suffix}"))
+    warnings.warn(f"{earlier} had rows this report lacks ({', '.join(sorted(lost))}); the "
+                  f"earlier report is kept as {stem.name}.before-{moment}.md (with its CSV, "
+                  "LaTeX and figures)", RunWarning, stacklevel=3)
+
+
 def write_report(stem: str | Path, *, preamble: str, numbers: pd.DataFrame,
                  cells: pd.DataFrame, caption: str = "") -> str:
     """Write ``<stem>.csv`` (the numbers), ``<stem>.md`` (preamble + Markdown table +
     :func:`legend`) and ``<stem>.tex`` (the preamble as comments + booktabs table), each
-    atomically; return the Markdown."""
+    atomically; return the Markdown. An earlier report there with rows this one lacks is
+    kept under another name, with a warning (:func:`_keep_earlier_report`): write the figures
+    after the report."""
     stem = Path(stem)
     markdown = preamble + to_markdown(cells) + legend(cells)
+    _keep_earlier_report(stem, markdown)
     write_text_atomic(stem.with_name(stem.name + ".csv"), numbers.to_csv(index=False))
     write_text_atomic(stem.with_name(stem.name + ".md"), markdown)
     comments = "".join(f"% {line}\n" for line in preamble.strip().splitlines() if line.strip())

@@ -68,7 +68,26 @@ class DatalessExperience(CLExperience):
 
         :raises UnlearningNotSupportedError: always.
         """
-        raise UnlearningNotSupportedError(
+        raise self._not_supported()
+
+    @property
+    def origin_stream(self):
+        """The request stream the request belongs to. A request made on its own
+        (``UnlearnExperience(1)``) has none; Avalanche's own strategies read it first (to group
+        experiences by stream), so it is where a strategy that cannot unlearn meets the request.
+
+        :raises UnlearningNotSupportedError: the request belongs to no stream.
+        """
+        if self._origin_stream is None:
+            raise self._not_supported()
+        return self._origin_stream
+
+    @origin_stream.setter
+    def origin_stream(self, stream) -> None:
+        self._origin_stream = stream
+
+    def _not_supported(self) -> UnlearningNotSupportedError:
+        return UnlearningNotSupportedError(
             f"{self.action} for task {self._task} was handed to a strategy that cannot "
             "unlearn; use a strategy derived from pall_avalanche.strategies.UnlearningTemplate "
             "(see pall_avalanche.strategies.METHODS)"

@@ -1,16 +1,17 @@
 """Runs: (method, configuration, seed) → result record, and many of them with resume.
 
-The names are loaded on first use: the torch-free rooms (:mod:`~pall_avalanche.runs.locks`,
+The names are loaded on first use: the torch-free modules (:mod:`~pall_avalanche.runs.locks`,
 the record locks; :mod:`~pall_avalanche.runs.wandb_logging`) import without torch (record
 files themselves: :mod:`pall_avalanche.files`).
 
-The rooms: :mod:`~pall_avalanche.runs.spec` (what a run is: :class:`RunSpec`, seeding),
+The modules: :mod:`~pall_avalanche.runs.spec` (what a run is: :class:`RunSpec`, seeding),
 :mod:`~pall_avalanche.runs.build` (assembling one: :func:`build_run`),
 :mod:`~pall_avalanche.runs.engine` (the unit of work: build, resume, step, record, write),
 :mod:`~pall_avalanche.runs.subscribers` (checkpoint writer, lock heartbeat, W&B logger),
 :mod:`~pall_avalanche.runs.store` (the results folder: paths, claims under locks,
 leftovers, the unsaved fallback), :mod:`~pall_avalanche.runs.pool` (worker processes) and
-:mod:`~pall_avalanche.runs.batch` (:func:`run_experiments`: progress, waiting).
+:mod:`~pall_avalanche.runs.batch` (:func:`run_experiments`: many records, waiting for
+other processes' records) and :mod:`~pall_avalanche.runs.progress` (what a batch prints).
 
 :func:`run_record` trains one method over one request sequence and returns the record;
 :func:`run_experiments` runs every (method, seed) pair, skipping records already on disk

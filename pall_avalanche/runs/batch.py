@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -15,39 +14,36 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from pall_avalanche.catalog import BENCHMARK_INFO, register_benchmark
+from pall_avalanche.catalog import BENCHMARK_INFO, PAPER_BENCHMARKS, register_benchmark
 from pall_avalanche.core import DivergedError
 from pall_avalanche.data import build_benchmark, check_benchmark
 from pall_avalanche.files import RunWarning
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.build import build_run
 from pall_avalanche.runs.engine import RunOptions, run_and_write
-from pall_avalanche.runs.locks import RecordLock, describe_lock
-from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, start_pool
+from pall_avalanche.runs.locks import RecordLock
+from pall_avalanche.runs.pool import resolve_jobs, run_in_worker, run_threads, start_pool
+from pall_avalanche.runs.progress import (
+    OverallProgress,
+    StageProgress,
+    WaitNote,
+    distinguishing_keys,
+    run_name,
+)
 from pall_avalanche.runs.spec import RunSpec, plan, probe_modules
-from pall_avalanche.runs.store import claim, has_leftovers, lock_path, peek_record
+from pall_avalanche.runs.store import claim, has_leftovers, peek_record
 from pall_avalanche.runs.wandb_logging import WandbSettings, default_group
 
-__all__ = ["LOCK_POLL_SECONDS", "WAIT_NOTE_SECONDS", "check_builds", "run_experiments",
-           "run_specs"]
+__all__ = ["LOCK_POLL_SECONDS", "check_builds", "run_experiments", "run_specs"]
 
 #: How often a run waiting for records locked by another process looks again (seconds).
 LOCK_POLL_SECONDS = 2.0
-#: How often the waiting note is repeated while nothing changes (seconds).
-WAIT_NOTE_SECONDS = 300.0
 
 
-def _name(spec: RunSpec) -> str:
-    """``"pall seed 3"`` (with the training seed when it has one of its own)."""
-    extra = f" (training seed {spec.train_seed})" if spec.train_seed is not None else ""
-    return f"{spec.method} seed {spec.seed}{extra}"
-
-
-def _left_out(spec: RunSpec, err: DivergedError) -> None:
-    """Warn (one line) that a diverged run is left out (``skip_diverged``)."""
-    warnings.warn(f"{_name(spec)} left out: {err} (no record is written)", RunWarning,
+def _left_out(name: str, err: DivergedError) -> None:
+    """Warn (one line) that the diverged run ``name`` is left out (``skip_diverged``)."""
+    warnings.warn(f"{name} left out: {err} (no record is written)", RunWarning,
                   stacklevel=4)
 
 
@@ -81,11 +77,12 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
     :param requests: replay this sequence for every seed instead of generated ones.
     :param device: where to train.
     :param show_progress: progress bars.
-    :param jobs: run the missing records in this many parallel processes (spawned; each uses
-        ``max(1, cpu_count // jobs)`` torch threads and, with ``device="cuda"`` on a machine
-        with several GPUs, its own GPU), or ``"auto"``: one per core for CPU runs when many
-        records are missing (:func:`~pall_avalanche.runs.pool.resolve_jobs`). The records are
-        the same as with 1.
+    :param jobs: run the missing records in this many parallel processes (spawned; with
+        ``device="cuda"`` on a machine with several GPUs, each its own GPU), or ``"auto"``: one
+        per core for CPU runs when many records are missing
+        (:func:`~pall_avalanche.runs.pool.resolve_jobs`). A CPU run uses
+        :data:`~pall_avalanche.runs.pool.CPU_RUN_THREADS` torch threads wherever it runs, so
+        the records are the same as with 1.
     :param checkpoints: checkpoint every run after each request next to its record and resume
         from such a checkpoint (:func:`run_record`); ``False``: neither.
     :param wandb: W&B settings: one W&B run per new record (reused records are not logged
@@ -131,8 +128,8 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
               jobs: int | str = 1,
               checkpoints: bool = True, wandb: WandbSettings | None = None,
               probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None,
-              skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS
-              ) -> list[dict]:
+              skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS,
+              overall: OverallProgress | None = None) -> list[dict]:
     """The records of ``specs`` (checked specifications, :func:`~pall_avalanche.runs.spec.plan`),
     in order: reused when finished under ``out_dir``, computed here or in ``jobs`` worker
     processes under their locks otherwise (the arguments as in :func:`run_experiments`;
@@ -142,7 +139,8 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
     it again; the exactness audit's many seeds and shadow runs go on without it). Before the
     first run, every missing method's strategy is built once on its model
     (:func:`check_builds`): one that refuses it stops the grid
-    before anything trains."""
+    before anything trains. ``overall``: the script's progress over all its calls (the
+    reused records count at once, the computed ones as they finish)."""
     if probe is not None and checkpoints:
         raise ValueError("a probe's state is not checkpointed: use checkpoints=False with probe")
     if len(set(specs)) != len(specs):
@@ -166,17 +164,41 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
     if stats is not None:
         stats["ran"] = stats.get("ran", 0) + len(missing)
         stats["reused"] = stats.get("reused", 0) + len(specs) - len(missing)
+    if overall is not None:
+        overall.count(reused=len(specs) - len(missing))
+
+    keys = distinguishing_keys(specs)      # PALL's three α of Table 1 named apart
+
+    def name(spec: RunSpec) -> str:
+        return run_name(spec, keys.get(spec.method, ()))
 
     def arguments(spec: RunSpec, progress: bool) -> tuple:
         return (spec, paths[spec], RunOptions(str(device), checkpoints, progress, wandb,
-                                                   probe, group))
+                                                   probe, group, name(spec)))
 
     if missing:
         check_builds(missing)
-        records.update(_run_missing(missing, paths, usable, arguments, jobs=jobs,
+        _say_if_slow(missing, device)
+        records.update(_run_missing(missing, paths, usable, arguments, name, jobs=jobs,
                                     show_progress=show_progress, device=device,
-                                    skip_diverged=skip_diverged, poll_seconds=poll_seconds))
+                                    skip_diverged=skip_diverged, poll_seconds=poll_seconds,
+                                    overall=overall))
     return [records[spec] for spec in specs if records[spec] is not None]
+
+
+def _say_if_slow(specs: Sequence[RunSpec], device: str | torch.device) -> None:
+    """One line when runs train a paper benchmark whole on the CPU (its configuration's
+    epochs of every task's full training set: hours per run there), before they start."""
+    if torch.device(device).type != "cpu":
+        return
+    full = sorted({s.config["benchmark"] for s in specs if s.config["benchmark"] in
+                   PAPER_BENCHMARKS and s.config.get("train_per_task") is None})
+    if full:
+        warnings.warn(
+            f"{', '.join(full)} at full size on the CPU: {len(specs)} run(s), each "
+            "training its configuration's epochs on every task's whole training set, hours "
+            "per run here; use --device cuda, or --train-per-task N and --epochs E for a "
+            "reduced run", RunWarning, stacklevel=3)
 
 
 def check_builds(specs: Iterable[RunSpec]) -> None:
@@ -237,56 +259,13 @@ def _register_given(benchmark: Any, name: str, jobs: int) -> bool:
     return True
 
 
-class _WaitNote:
-    """The note on stderr while records locked by other processes are awaited: when the set
-    of awaited records changes, else every :data:`WAIT_NOTE_SECONDS`."""
-
-    def __init__(self, poll_seconds: float) -> None:
-        self.last: tuple[frozenset, float] | None = None
-        self.poll_seconds = poll_seconds
-
-    def show(self, waiting: Sequence[Path]) -> None:
-        key, now = frozenset(waiting), time.monotonic()
-        if self.last is not None and self.last[0] == key and \
-                now - self.last[1] < WAIT_NOTE_SECONDS:
-            return
-        self.last = (key, now)
-        first = lock_path(waiting[0])
-        print(f"pall_avalanche: waiting for {len(waiting)} record(s) that other processes are "
-              f"computing, e.g. {first} ({describe_lock(first)}); checking every "
-              f"{self.poll_seconds:g} s", file=sys.stderr, flush=True)
-
-
-class _Progress:
-    """Progress over records: a tqdm bar on a terminal; in a log (stderr not a terminal) one
-    plain line per finished record, without escape codes or carriage returns."""
-
-    def __init__(self, total: int, desc: str, show: bool) -> None:
-        self.total, self.desc, self.count = total, desc, 0
-        self.show, self.tty = show, sys.stderr.isatty()
-        self.start = time.perf_counter()
-        self.bar = tqdm(total=total, desc=desc, disable=not (show and self.tty))
-
-    def set_postfix_str(self, text: str) -> None:
-        self.bar.set_postfix_str(text)
-
-    def update(self, spec: RunSpec, how: str = "done") -> None:
-        self.count += 1
-        self.bar.update()
-        if self.show and not self.tty:
-            print(f"{self.desc}: {self.count}/{self.total} {_name(spec)} {how} "
-                  f"({time.perf_counter() - self.start:.0f} s)", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                  usable: Callable[[dict | None], bool],
-                 arguments: Callable[[RunSpec, bool], tuple], *, jobs: int | str,
+                 arguments: Callable[[RunSpec, bool], tuple],
+                 name: Callable[[RunSpec], str], *, jobs: int | str,
                  show_progress: bool, device: str | torch.device = "cpu",
-                 skip_diverged: bool = False,
-                 poll_seconds: float = LOCK_POLL_SECONDS) -> dict[RunSpec, dict]:
+                 skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS,
+                 overall: OverallProgress | None = None) -> dict[RunSpec, dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
@@ -297,9 +276,9 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
     running: dict[Future, RunSpec] = {}
     workers = min(jobs, len(missing))
     pool: ProcessPoolExecutor | None = None
-    note = _WaitNote(poll_seconds)
-    bar = _Progress(len(missing), "runs" if jobs == 1 else f"runs ({jobs} jobs)",
-                    show_progress)
+    note = WaitNote(poll_seconds)
+    bar = StageProgress(len(missing), "runs" if jobs == 1 else f"runs ({jobs} jobs)",
+                        show_progress, name, overall)
     try:
         while todo or running:
             for spec in list(todo):
@@ -315,14 +294,15 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                     continue
                 held[spec] = lock
                 if jobs == 1:
-                    bar.set_postfix_str(f"{_name(spec)}")
+                    bar.set_postfix_str(name(spec))
                     try:
-                        done[spec] = run_and_write(*arguments(spec, show_progress),
-                                                    heartbeat=lock.refresh)
+                        with run_threads(device):
+                            done[spec] = run_and_write(*arguments(spec, show_progress),
+                                                        heartbeat=lock.refresh)
                     except DivergedError as err:
                         if not skip_diverged:
                             raise _failed(spec, err) from err
-                        _left_out(spec, err)
+                        _left_out(name(spec), err)
                     finally:
                         held.pop(spec).release()
                     bar.update(spec)
@@ -339,7 +319,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                     held.pop(spec).release()
                     err = future.exception()
                     if isinstance(err, DivergedError) and skip_diverged:
-                        _left_out(spec, err)
+                        _left_out(name(spec), err)
                         bar.update(spec, "diverged")
                         continue
                     if err is not None:

@@ -75,13 +75,14 @@ class BuiltRun:
 
 def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: Any = None,
               device: torch.device | str = "cpu", plugins: Sequence = (),
-              measured: bool = True) -> BuiltRun:
+              measured: bool = True, label: str | None = None) -> BuiltRun:
     """Build ``method``'s run from its resolved ``config``: every random generator seeded
     with ``seed`` (:func:`seed_everything`), then the benchmark (``config["benchmark"]`` split
     by ``seed``, unless ``benchmark`` is given), the model (``config["model"]`` shaped to the
     benchmark's split, with per-task tokens if the method wants them) and the strategy with
     ``plugins`` and, when ``measured``, an evaluator measuring every request on the
-    benchmark's test stream (the record's source: :attr:`BuiltRun.log`).
+    benchmark's test stream (the record's source: :attr:`BuiltRun.log`; its learning check
+    warns naming the run ``label``, by default ``"<method> seed <seed>"``).
 
     :param method: a registered method.
     :param config: its resolved configuration
@@ -91,6 +92,7 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
     :param device: where the strategy trains.
     :param plugins: the strategy's plugins, in order.
     :param measured: give the strategy the request evaluator (else Avalanche's default).
+    :param label: the run's name in the learning check's warning.
     """
     configure_numerics(config)
     seed_everything(seed)
@@ -105,7 +107,8 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
                         classes_per_task=split.classes_per_task,
                         per_task_tokens=METHODS[method].strategy.per_task_tokens,
                         **(config.get("model_kwargs") or {}))
-    evaluator = (request_evaluator(benchmark.test_stream, config["eval_batch_size"])
+    evaluator = (request_evaluator(benchmark.test_stream, config["eval_batch_size"],
+                                   label=label or f"{method} seed {seed}")
                  if measured else None)
     strategy = build_strategy(method, model=model, config=config, device=device,
                               plugins=plugins, evaluator=evaluator)

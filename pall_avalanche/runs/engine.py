@@ -64,19 +64,21 @@ class _Run:
 
 def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
            probe: Callable[[], Any] | None, checkpoint: Path | None,
-           heartbeat: Callable[[], Any] | None) -> _Run:
+           heartbeat: Callable[[], Any] | None, label: str | None) -> _Run:
     """``spec``'s run (:func:`~pall_avalanche.runs.build.build_run`, seeded by its seed; then
     re-seeded by its training seed if it has one), with the evaluator measuring every request
     (its metric keeps the request log, the record's source) and, subscribed to
     ``after_request`` in this order, ``plugins``, the probe's plugins, the checkpoint writer
-    (it saves what the others recorded) and the lock heartbeat."""
+    (it saves what the others recorded) and the lock heartbeat; ``label`` names the run in
+    the learning check's warning (default: method and seed)."""
     probed = probe() if probe is not None else None
     resumed_after: list[int] = []
     last = [*([CheckpointWriter(checkpoint, spec.identity(), resumed_after)]
               if checkpoint is not None else []),
             *([LockHeartbeat(heartbeat)] if heartbeat is not None else [])]
     built = build_run(spec.method, spec.config, seed=spec.seed, device=device,
-                      plugins=[*plugins, *(probed.plugins if probed else ()), *last])
+                      plugins=[*plugins, *(probed.plugins if probed else ()), *last],
+                      label=label)
     if spec.train_seed is not None:
         seed_everything(spec.train_seed)
     return _Run(spec, built.benchmark, built.strategy, built.log, probed, device, resumed_after)
@@ -194,11 +196,11 @@ def run_record(method: str, seed: int, config: dict, *,
 def execute(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress: bool = False,
             checkpoint: str | Path | None = None, plugins: Sequence = (),
             probe: Callable[[], Any] | None = None,
-            heartbeat: Callable[[], Any] | None = None) -> dict:
+            heartbeat: Callable[[], Any] | None = None, label: str | None = None) -> dict:
     """The record of ``spec``: build, resume, step, record (the arguments as in
-    :func:`run_record`)."""
+    :func:`run_record`; ``label`` names the run in warnings, as its progress line does)."""
     checkpoint = None if checkpoint is None else Path(checkpoint)
-    run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat)
+    run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat, label)
     _resume(run, checkpoint)
     try:
         _step(run, show_progress)
@@ -234,6 +236,8 @@ class RunOptions:
     wandb: WandbSettings | None
     probe: Callable[[], Any] | None
     group: str
+    #: The run's name in warnings (its progress line's: ``"pall alpha=0.2 seed 3"``).
+    label: str | None = None
 
 
 def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
@@ -251,7 +255,7 @@ def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
         record = execute(spec, device=options.device, show_progress=options.show_progress,
                           checkpoint=checkpoint,
                           plugins=[WandbRequestLogger(tracker)] if tracker.active else [],
-                          probe=options.probe, heartbeat=heartbeat)
+                          probe=options.probe, heartbeat=heartbeat, label=options.label)
         try:
             write_json_atomic(path, record)
         except OSError as err:

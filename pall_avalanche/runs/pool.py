@@ -1,6 +1,6 @@
 """Worker processes of :func:`~pall_avalanche.runs.run_experiments` with ``jobs > 1``:
 spawned, each with the parent's extensions, its own GPU (round-robin), and gone as soon as the
-parent is."""
+parent is; and the torch threads of a run (:func:`run_threads`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -25,8 +25,38 @@ from pall_avalanche.extensions import load_extensions, loaded_extensions
 from pall_avalanche.files import RunWarning, write_json_atomic
 from pall_avalanche.runs.engine import run_and_write
 
-__all__ = ["ensure_avalanche_config", "init_worker", "resolve_jobs",
-           "run_in_worker", "start_pool", "worker_device"]
+__all__ = ["CPU_RUN_THREADS", "ensure_avalanche_config", "init_worker", "resolve_jobs",
+           "run_in_worker", "run_threads", "start_pool", "worker_device"]
+
+#: torch's intra-op threads for every run that trains on the CPU, in this process or in a
+#: worker. A record depends on them (a matrix product sums in another order with another
+#: number of threads), so one number for every layout makes a record the same for any
+#: ``jobs``; and one thread is the fast layout for the harness's CPU runs. Measured on 2 cores
+#: (Intel Xeon) with ``benchmarks/table1.py --epochs 2 --seeds 0`` (13 runs in this process):
+#: 15.0 s with one thread and 15.0 s with two on a quiet machine, 15.9 s against 104.9 s with
+#: another process keeping one core busy (two threads wait for each other on a shared core).
+CPU_RUN_THREADS = 1
+
+
+def _threads_for(device: str | torch.device, jobs: int) -> int:
+    """torch threads of one run: :data:`CPU_RUN_THREADS` on the CPU; for a GPU run (whose CPU
+    work is small) the cores shared among the ``jobs`` processes."""
+    if torch.device(device).type == "cpu":
+        return CPU_RUN_THREADS
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+@contextlib.contextmanager
+def run_threads(device: str | torch.device) -> Iterator[None]:
+    """torch's threads for a run in this process (:data:`CPU_RUN_THREADS` on the CPU; a GPU
+    run keeps this process's), restored afterwards."""
+    before = torch.get_num_threads()
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(CPU_RUN_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def resolve_jobs(jobs: int | str, missing: int, device: str | torch.device) -> int:
@@ -145,12 +175,12 @@ def ensure_avalanche_config() -> None:
 
 
 def start_pool(workers: int, jobs: int, device: str | torch.device) -> ProcessPoolExecutor:
-    """A pool of ``workers`` spawned processes (:func:`init_worker`: ``cpu_count // jobs``
-    torch threads each, this process's extensions, GPUs round-robin); Avalanche's configuration
-    file is created first (:func:`ensure_avalanche_config`)."""
+    """A pool of ``workers`` spawned processes (:func:`init_worker`: torch threads as
+    :func:`_threads_for` says, this process's extensions, GPUs round-robin); Avalanche's
+    configuration file is created first (:func:`ensure_avalanche_config`)."""
     ensure_avalanche_config()
     context = get_context("spawn")
     return ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=init_worker,
-        initargs=(max(1, (os.cpu_count() or 1) // jobs), os.getpid(), str(device),
+        initargs=(_threads_for(device, jobs), os.getpid(), str(device),
                   context.Value("i", 0), loaded_extensions()))

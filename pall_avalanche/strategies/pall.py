@@ -66,7 +66,10 @@ class PALL(SubnetworkStrategy):
     :param optimizer: its class and hyper-parameters are used for every request (SGD or Adam);
         weight decay is applied to free entries only, never to scores.
     :param alpha: α, per-layer connectivity of a task subnetwork (0.1 ⇒ 90 % sparse).
-    :param n_retrain_iters: N_f, retraining iterations after an unlearning request (50).
+    :param n_retrain_iters: N_f, retraining iterations after an unlearning request (50), each
+        a step of a fresh optimizer at the rate ``optimizer`` was built with, as the paper's
+        reference retrains: a scheduler attached to the strategy shapes learning requests
+        only.
     :param beta: β, weight of the DER++ logit (MSE) term in retraining (0.5; 0 = plain ER).
     :param buffer_size: total episodic memory, split a priori over the model's T tasks (500).
     :param buffer_selection: how the buffer's samples are chosen (``random``, the paper's

@@ -279,11 +279,18 @@ def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tm
 
 
 @pytest.mark.slow
-def test_audit_script_end_to_end(tmp_path):
+def test_audit_script_end_to_end(tmp_path, capsys):
     script, argv = benchmark_script("audit"), _audit_argv(tmp_path)
     with pytest.warns(UserWarning, match=r"--seeds: 2 seed\(s\) are too few for Eq. 1's "
                                          r"5-fold cross-validation"):
         script.main(argv)
+    # progress across the five stages: every line counts all the audit's runs (one record
+    # each, an oracle shared by PALL's variants once), the last line all of them
+    written = len(list((tmp_path / "res").rglob("seed*.json")))
+    overall = re.findall(r"; overall (\d+)/(\d+)", capsys.readouterr().err)
+    assert overall and {int(total) for _, total in overall} == {written}
+    assert [int(done) for done, _ in overall] == sorted(int(done) for done, _ in overall)
+    assert overall[-1] == (str(written), str(written))
     markdown = (tmp_path / "rep" / "audit_digits.md").read_text()
     assert f"Command: `python benchmarks/audit.py {' '.join(argv)}`" in markdown
     assert f"Audited sequence R: {' '.join(AUDIT_REQUESTS)}" in markdown

@@ -15,8 +15,9 @@ A block is checked as the marker comment on the line before it says:
 - ``<!-- output: NAME -->``: the file NAME that the page's commands wrote holds these lines
   (a line ``...`` skips lines).
 
-Snippet includes (``--8<-- "FILE:section"``) are expanded as the site expands them, so a block
-included from the README is checked on the page that shows it.
+Include regions (docs/_hooks/includes.py) and snippet lines (``--8<-- "FILE:section"``) are
+expanded as the site expands them, so a block included from the README is checked on the page
+that shows it.
 """
 
 from __future__ import annotations
@@ -51,21 +52,24 @@ _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```$", re.M | re.S)
 _MARKER = re.compile(r"<!-- (run|file|output): (.+?) -->\s*\n$")
 
 
-def _hook():
-    """The site's reference hook (docs/_hooks/reference.py): its entry points and parsers."""
-    spec = importlib.util.spec_from_file_location("docs_reference_hook",
-                                                  DOCS / "_hooks" / "reference.py")
+def _hook(name: str):
+    """The site's hook docs/_hooks/NAME.py as a module."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}_hook",
+                                                  DOCS / "_hooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-HOOK = _hook()
+#: The reference hook (its entry points and parsers) and the include hook.
+HOOK = _hook("reference")
+INCLUDES = _hook("includes")
 
 
 def expand_snippets(text: str) -> str:
-    """``text`` with every ``--8<-- "FILE[:section | :start:end]"`` line replaced by what it
-    includes (paths from the repository root, as mkdocs.yml's ``base_path``)."""
+    """``text`` with every include region and ``--8<-- "FILE[:section | :start:end]"`` line
+    replaced by what it includes (paths from the repository root, as mkdocs.yml's
+    ``base_path``)."""
     def include(match: re.Match) -> str:
         target = match[1]
         parts = target.split(":")
@@ -80,7 +84,7 @@ def expand_snippets(text: str) -> str:
             lines = lines[int(parts[1]) - 1:int(parts[2])]
         return expand_snippets("\n".join(line for line in lines if not _SECTION.search(line)))
 
-    return _SNIPPET.sub(include, text)
+    return _SNIPPET.sub(include, INCLUDES.expand_includes(text))
 
 
 @dataclass(frozen=True)

@@ -330,3 +330,56 @@ def test_a_log_gets_plain_progress_lines_and_a_closing_summary(tmp_path, capsys)
     code, _, err = run_main(["--methods", "sequential,independent", "--seeds", "0", "--out",
                              str(tmp_path / "out"), *FAST], capsys)
     assert err.splitlines()[-1].startswith("ran 0, reused 2 records")
+
+
+def _seconds(text: str) -> int:
+    minutes, _, seconds = text.rpartition(" min ")
+    return int(minutes or 0) * 60 + int(seconds.removesuffix(" s"))
+
+
+def test_quiet_keeps_progress_with_the_time_left_and_names_each_runs_setting(
+        tmp_path, capsys, monkeypatch, recwarn):
+    """``--quiet`` drops the bars and the per-request lines, not the progress: one line per
+    finished run with the time so far and the time left (the mean time per run so far times
+    the runs left); PALL's three α are told apart there and in the learning check's warning
+    (every check made to fail here, to see its warning)."""
+    from pall_avalanche.evaluation import measurement
+
+    monkeypatch.setattr(measurement, "learning_failed", lambda *args: True)
+    code, _, err = run_main(["--methods", "sequential,pall", "--seeds", "0", "--out",
+                             str(tmp_path / "out"), *FAST], capsys)
+    assert code == 0
+    progress = re.findall(r"^runs: (\d)/4 (.+?) done \((.+?)(?:; about (.+) left)?\)$", err,
+                          re.M)
+    assert [(count, name) for count, name, *_ in progress] == [
+        ("1", "sequential seed 0"), ("2", "pall alpha=0.05 seed 0"),
+        ("3", "pall alpha=0.1 seed 0"), ("4", "pall alpha=0.2 seed 0")]
+    for count, _, elapsed, left in progress[:-1]:
+        expected = _seconds(elapsed) / int(count) * (4 - int(count))
+        assert abs(_seconds(left) - expected) <= 0.5 + (4 - int(count)) * 0.5 / int(count)
+    assert progress[-1][3] == ""                      # nothing left after the last run
+    warned = {str(w.message).partition(": learning request ")[0]
+              for w in recwarn if isinstance(w.message, measurement.LearningWarning)}
+    assert warned == {"sequential seed 0", "pall alpha=0.05 seed 0", "pall alpha=0.1 seed 0",
+                      "pall alpha=0.2 seed 0"}
+
+
+def test_a_paper_benchmark_at_full_size_on_the_cpu_says_why_it_is_slow(tmp_path, capsys,
+                                                                      recwarn):
+    """Before anything trains: one warning naming the benchmark, the runs and the fixes; not
+    for a reduced run (--train-per-task)."""
+    write_cifar10(tmp_path / "data", train_per_class=4, test_per_class=2)
+    args = ["--benchmark", "cifar10", "--data-root", str(tmp_path / "data"), "--epochs", "1",
+            "--seeds", "0", "--methods", "sequential", "--set", "model=cnn", "--quiet"]
+    code, _, err = run_main([*args, "--out", str(tmp_path / "full")], capsys)
+    assert code == 0, err
+    slow = [str(w.message) for w in recwarn if "at full size on the CPU" in str(w.message)]
+    assert slow == ["cifar10 at full size on the CPU: 1 run(s), each training its "
+                    "configuration's epochs on every task's whole training set, hours per run "
+                    "here; use --device cuda, or --train-per-task N and --epochs E for a "
+                    "reduced run"]
+    recwarn.clear()
+    code, _, err = run_main([*args, "--train-per-task", "4", "--out", str(tmp_path / "part")],
+                            capsys)
+    assert code == 0, err
+    assert not [w for w in recwarn if "at full size" in str(w.message)]

@@ -40,8 +40,10 @@ def test_a_request_left_at_chance_is_flagged_and_a_good_one_is_not():
     with torch.no_grad():
         for p in strategy.model.parameters():
             p.zero_()
-    with pytest.warns(LearningWarning, match=r"learning request 1 left task 1 at chance on its "
-                                             r"own training data \(balanced accuracy 50.0 %"):
+    # the warning names the run (method and seed), the request and the task
+    with pytest.warns(LearningWarning, match=r"^sequential seed 0: learning request 1 left task 1 "
+                                             r"at chance on its own training data \(balanced "
+                                             r"accuracy 50.0 %"):
         strategy.train(bm.train_stream[1])
     first, second = evaluation.learning_checks
     assert first["failed"] is False and first["train_balanced_accuracy"] > 90
@@ -73,3 +75,17 @@ def test_records_carry_the_learning_checks(tmp_path):
     checks = record["learning_checks"]
     assert [(c["request"], c["task"]) for c in checks] == [(0, 0), (1, 1), (3, 2)]
     assert all(c["failed"] is False and c["train_balanced_accuracy"] > 80 for c in checks)
+
+
+
+def test_without_a_label_the_warning_names_the_strategy_class():
+    """An Avalanche script's own ``unlearning_metrics(test_stream)`` has no label: the
+    strategy's class names the run."""
+    strategy, bm, _ = make_strategy("sequential", epochs=1)
+    strategy.evaluator.metrics[0].measurement.label = None
+    with torch.no_grad():
+        for p in strategy.model.parameters():
+            p.zero_()
+    name = type(strategy).__name__
+    with pytest.warns(LearningWarning, match=rf"^{name}: learning request 0 left task 0 at "):
+        strategy.train(bm.train_stream[0])

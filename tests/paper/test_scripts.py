@@ -4,6 +4,7 @@ and the scripts' kit (pall_avalanche.paper.kit)."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -212,3 +213,38 @@ def test_bad_input_is_one_clear_error(tmp_path):
         benchmark_script("fig3").main([*TINY, "--n-unlearn-grid", "1", "2", "--set",
                               "methods.pall.n_unlearn=2", "--out", str(tmp_path)])
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_the_quick_audit_writes_its_records_and_report_to_audit_quick():
+    from pall_avalanche.paper.audit import quick_folders
+
+    default = Path("results/audit")
+    assert quick_folders(default, default) == (Path("results/audit_quick"),) * 2
+    assert quick_folders(default, Path("reports")) == (Path("results/audit_quick"),
+                                                       Path("reports"))
+    assert quick_folders(Path("mine"), Path("mine")) == (Path("mine"), Path("mine"))
+
+
+def test_a_run_of_fewer_methods_keeps_the_earlier_report(tmp_path):
+    """Table 1 of two methods, then of one in the same folder: the second report replaces
+    nothing — the first is kept under a dated name, with its figure, and a warning says so;
+    a run of as many rows replaces the report silently."""
+    table1 = benchmark_script("table1")
+    out = ["--out", str(tmp_path), *TINY]
+    table1.main(["--methods", "sequential,ewc", *out])
+    first = (tmp_path / "table1_digits.md").read_text()
+    figure = (tmp_path / "table1_digits.png").read_bytes()
+    with pytest.warns(UserWarning, match=r"had rows this report lacks \(EWC\); the earlier "
+                                         r"report is kept as table1_digits\.before-"):
+        table1.main(["--methods", "sequential", *out])
+    (kept,) = tmp_path.glob("table1_digits.before-*.md")
+    assert kept.read_text() == first
+    assert kept.with_suffix(".png").read_bytes() == figure
+    assert {p.suffix for p in tmp_path.glob(f"{kept.stem}.*")} == {".md", ".csv", ".tex", ".png"}
+    rows = [line.split(" | ")[0] for line in
+            (tmp_path / "table1_digits.md").read_text().splitlines() if line.startswith("| ")]
+    assert rows == ["| Method", "| Sequential"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # same rows: replaced, no warning
+        table1.main(["--methods", "sequential", *out])
+    assert len(list(tmp_path.glob("table1_digits.before-*.md"))) == 1

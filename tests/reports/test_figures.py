@@ -35,7 +35,8 @@ def test_table1_figure_points_hand_computed(tmp_path):
     assert sequential["exact"] is False and (sequential["A_l"], sequential["A_u"]) == (82.0, 42.0)
     assert points["cifar100"][0]["A_u_std"] == 0.0          # one seed: no spread drawn
     # what the figure draws: per benchmark panel, one point per row at (A_l, A_u) with its
-    # spread, stars for the exact methods, chance dashed at 100 / classes per task
+    # spread (clipped at 0 and 100 %), each row a marker shape of its own, filled for the
+    # exact methods, chance dashed at 100 / classes per task
     fig = report.plot_table1(report.table1_frame(records), {"cifar10": 50.0, "cifar100": 10.0},
                              tmp_path / "again.png")
     for ax, (benchmark, chance) in zip(fig.axes, (("cifar10", 50.0), ("cifar100", 10.0)),
@@ -47,17 +48,21 @@ def test_table1_figure_points_hand_computed(tmp_path):
             (x,), (y,) = line.get_xdata(), line.get_ydata()
             (xlo, _), (xhi, _) = xbar.get_segments()[0]
             (_, ylo), (_, yhi) = ybar.get_segments()[0]
-            drawn.append((container.get_label(), line.get_marker(), x, y,
-                          pytest.approx((xhi - xlo) / 2), pytest.approx((yhi - ylo) / 2)))
-        expected = []
+            drawn.append((container.get_label(), line.get_marker(),
+                          line.get_markerfacecolor() != "none", x, y,
+                          pytest.approx([x - xlo, xhi - x]), pytest.approx([y - ylo, yhi - y])))
+        expected, filled, open_ = [], iter("*PDXph8H"), iter("os^v<>dH")
         for method, runs in methods.items():
             for alpha, a_ls in runs:              # A_u = A_l − 40 in every record
                 label = f"PALL (α={alpha:g})" if method == "pall" else method_label(method)
                 spread = statistics.stdev(a_ls) if len(a_ls) > 1 else 0.0
-                expected.append((label, "*" if method in ("pall", "independent") else "o",
-                                 statistics.mean(a_ls), statistics.mean(a_ls) - 40,
-                                 spread, spread))
+                a_l = statistics.mean(a_ls)
+                exact = method in ("pall", "independent")
+                expected.append((label, next(filled if exact else open_), exact, a_l, a_l - 40,
+                                 [min(spread, a_l), min(spread, 100 - a_l)],
+                                 [min(spread, a_l - 40), min(spread, 140 - a_l)]))
         assert drawn == expected                  # Table 1's order: SIDE_BY_SIDE's
+        assert len({marker for _, marker, *_ in drawn}) == len(drawn)   # no two rows alike
         chance_line = ax.lines[-1]
         assert list(chance_line.get_ydata()) == [chance, chance]
         assert chance_line.get_linestyle() == "--"
@@ -166,3 +171,22 @@ def test_failed_learning_checks_are_ringed_in_the_figures(tmp_path):
         assert all(line.get_markeredgecolor() == "red" for line in rings)
         labels = [text.get_text() for text in ax.get_legend().get_texts()]
         assert "PALL †1/2" in labels and "Sequential" in labels
+    # Table 1's legend says what the ring means
+    legend = drawn[0].axes[0].get_legend()
+    (ring,) = [handle for handle, text in zip(legend.legend_handles, legend.get_texts(),
+                                              strict=True) if text.get_text().startswith("†")]
+    assert ring.get_markeredgecolor() == "red" and ring.get_markerfacecolor() == "none"
+
+
+def test_table1_error_bars_stop_at_0_and_100_percent(tmp_path):
+    """A spread wider than the distance to 100 % (or to 0) is drawn up to it, not past it."""
+    records = [make_record("sequential", seed, {**M1, "A_l": a_l, "A_u": a_u})
+               for seed, (a_l, a_u) in enumerate([(100.0, 0.0), (94.0, 6.0)])]
+    fig = report.plot_table1(report.table1_frame(records), {"digits": 50.0}, tmp_path / "t.png")
+    (container,) = fig.axes[0].containers
+    line, _, (xbar, ybar) = container.lines
+    std = statistics.stdev([100.0, 94.0])                   # 4.24 > 100 − 97 = 3
+    (xlo, _), (xhi, _) = xbar.get_segments()[0]
+    (_, ylo), (_, yhi) = ybar.get_segments()[0]
+    assert (xlo, xhi) == pytest.approx((97.0 - std, 100.0))
+    assert (ylo, yhi) == pytest.approx((0.0, 3.0 + std))

@@ -117,3 +117,21 @@ def test_failed_learning_checks_are_marked_in_tables_csv_legend_and_summary(tmp_
                                         record("gem", 70.0, None)]) == (
         "ran 3, reused 0 records; best A_l 85.00 (ER); 1 of 3 records left a task at chance "
         "right after learning it († in the table; see learning_checks)")
+
+
+@pytest.mark.parametrize("name, changed, label", [
+    ("cifar10", (), "— the paper's protocol"),
+    ("cifar10", ("epochs",), "with epochs changed on the command line"),
+    ("digits", (), "REDUCED CPU-scale run"),
+    ("digits_in_order", (), "digits_in_order: not one of the paper's benchmarks "
+                            "(cifar10, cifar100, tinyimagenet), so not the paper's protocol"),
+])
+def test_only_a_paper_benchmark_at_its_configuration_is_the_papers_protocol(name, changed,
+                                                                            label):
+    record = {"config": {"benchmark": name, "n_tasks": 5, "epochs": 20,
+                         "train_per_task": None, "model": "resnet18"},
+              "seed": 0, "device": {"type": "cpu", "name": "x", "threads": 1}}
+    preamble = report.provenance([record], title="T", command="c", changed=changed)
+    assert label in preamble
+    assert ("the paper's protocol" in preamble.replace("not the paper's protocol", "")) == (
+        name == "cifar10" and not changed)

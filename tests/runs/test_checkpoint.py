@@ -26,7 +26,7 @@ from pall_avalanche.config import AUTO_MIN_RUNS
 from pall_avalanche.files import read_record
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
-from pall_avalanche.runs.pool import resolve_jobs
+from pall_avalanche.runs.pool import CPU_RUN_THREADS, resolve_jobs
 from pall_avalanche.strategies import UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
@@ -159,14 +159,17 @@ def test_rng_state_round_trip(tmp_path):
 
 
 def test_jobs_give_the_same_records_and_checkpoints_are_removed(tmp_path):
-    """Two workers give the records of one process with the workers' torch threads (the
-    thread count changes how reductions round: documented in REPRODUCIBILITY.md)."""
+    """Two workers give the records of one process, whatever this process's torch threads
+    (every CPU run uses CPU_RUN_THREADS: the thread count changes how reductions round), and
+    this process's threads are as before."""
     methods, seeds = ["sequential", "pall"], [0, 1]
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))     # a worker's, with jobs=2
+    torch.set_num_threads(CPU_RUN_THREADS + 1)
     try:
         serial = run_experiments(methods, seeds, CONFIG, tmp_path / "serial",
                                  requests=REQUESTS, show_progress=False)
+        assert torch.get_num_threads() == CPU_RUN_THREADS + 1
+        assert [r["device"]["threads"] for r in serial] == [CPU_RUN_THREADS] * len(serial)
     finally:
         torch.set_num_threads(threads)
     parallel = run_experiments(methods, seeds, CONFIG, tmp_path / "parallel", requests=REQUESTS,

@@ -25,7 +25,6 @@ import pytest
 import torch
 from helpers import FAST_CONFIG, seq
 
-import pall_avalanche.runs.batch as batch
 import pall_avalanche.runs.engine as engine
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from pall_avalanche.cli import main_guard
@@ -39,6 +38,7 @@ from pall_avalanche.runs import (
     unsaved_path,
 )
 from pall_avalanche.runs.locks import LOCK_STALE_SECONDS, RecordLock, acquire_lock, lock_staleness
+from pall_avalanche.runs.progress import WaitNote
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "table1.py"
@@ -96,7 +96,7 @@ def debris(out: Path) -> list[str]:
 @pytest.fixture(autouse=True)
 def bounded_waits(monkeypatch):
     """A run that waits for another owner fails after 60 s instead of hanging the tests."""
-    show, first = batch._WaitNote.show, []
+    show, first = WaitNote.show, []
 
     def show_or_give_up(note, waiting):
         first.append(time.monotonic())
@@ -104,7 +104,7 @@ def bounded_waits(monkeypatch):
             raise AssertionError(f"still waiting for {waiting} after 60 s")
         show(note, waiting)
 
-    monkeypatch.setattr(batch._WaitNote, "show", show_or_give_up)
+    monkeypatch.setattr(WaitNote, "show", show_or_give_up)
 
 
 @pytest.fixture(scope="module")
@@ -691,7 +691,8 @@ def test_a_diverged_run_can_be_left_out_of_many(tmp_path, jobs):
 
     good = plan(["sequential"], [0], CONFIG, requests=REQUESTS)
     bad = plan(["sequential"], [1], {**CONFIG, "lr": 1e30}, requests=REQUESTS)
-    with pytest.warns(RunWarning, match=r"sequential seed 1 left out: request \d+ "
+    # the run is named by the setting that tells it from the others (lr)
+    with pytest.warns(RunWarning, match=r"sequential lr=1e\+30 seed 1 left out: request \d+ "
                                         r"\((learn|unlearn) task \d+\) diverged") as caught:
         records = run_specs([*bad, *good], tmp_path, group="g", jobs=jobs, checkpoints=False,
                             show_progress=False, skip_diverged=True)

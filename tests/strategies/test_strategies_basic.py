@@ -74,6 +74,10 @@ def test_plain_avalanche_strategy_cannot_unlearn():
     stream = RequestStream(bm, seq("L0 U0"))
     with pytest.raises(UnlearningNotSupportedError, match="cannot unlearn"):
         naive.train(stream[1])
+    # a request made on its own, outside a stream: the same error, not Avalanche's assertion
+    with pytest.raises(UnlearningNotSupportedError, match="for task 0 was handed to a strategy "
+                                                          "that cannot unlearn"):
+        naive.train(UnlearnExperience(0))
 
 
 def test_sequential_unlearning_changes_no_parameter_and_fine_tuning_forgets():

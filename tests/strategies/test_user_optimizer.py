@@ -151,3 +151,51 @@ def test_the_configurations_optimizers_step_every_parameter_at_once(name):
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
     on_gpu = make_optimizer(config, [torch.nn.Parameter(torch.zeros(2))], "cuda")
     assert on_gpu.defaults["fused"] is True and not on_gpu.defaults["foreach"]
+
+
+@pytest.mark.parametrize("granularity", ["epoch", "iteration"])
+def test_retraining_runs_at_the_constructors_rate_whatever_scheduler_is_attached(
+        granularity, monkeypatch):
+    """PALL's retraining after an unlearning request is N_f steps of a fresh optimizer at the
+    rate the optimizer was built with (the paper's reference: a fresh optimizer at its base
+    rate), no scheduler stepping inside: unlearning from one state with a StepLR attached (per
+    epoch or per iteration) and without one gives the same weights bit for bit."""
+    from pall_avalanche.strategies.template.optimization import Optimization
+
+    def build(with_scheduler):
+        torch.manual_seed(0)
+        bm = build_benchmark("digits", seed=0, train_per_task=60)
+        model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5,
+                            classes_per_task=2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.04, momentum=0.9)
+        plugins = ([LRSchedulerPlugin(torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5),
+                                      step_granularity=granularity)]
+                   if with_scheduler else [])
+        strategy = PALL(model=model, optimizer=optimizer, alpha=0.3, buffer_size=50,
+                        n_retrain_iters=20, train_mb_size=32, train_epochs=3,
+                        eval_mb_size=64, plugins=plugins)
+        return strategy, bm
+
+    scheduled, bm = build(True)
+    for exp in bm.train_stream[:3]:
+        scheduled.train(exp)
+    state, rng = scheduled.checkpoint_state(), torch.get_rng_state()
+    rates = []
+    fresh = Optimization.fresh_optimizer
+
+    def recording(self, param_groups):
+        optimizer = fresh(self, param_groups)
+        rates.append([group["lr"] for group in optimizer.param_groups])
+        return optimizer
+
+    from pall_avalanche.requests.streams import UnlearnExperience
+
+    monkeypatch.setattr(Optimization, "fresh_optimizer", recording)
+    weights = []
+    for strategy in (scheduled, build(False)[0]):
+        strategy.restore_checkpoint_state(state)
+        torch.set_rng_state(rng)
+        strategy.train(UnlearnExperience(1))
+        weights.append([w.detach().clone() for _, w in strategy.model.named_weights()])
+    assert rates == [[0.04]] * 2                     # one retraining each, at the built rate
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))

@@ -29,6 +29,7 @@ from pall_avalanche.requests.streams import (
     DatalessExperience,
     MakePermanentExperience,
     UnlearnExperience,
+    UnlearningNotSupportedError,
 )
 
 __all__ = ["CurrentRequest", "RequestLifecycle", "and_finite", "check_dataless"]
@@ -61,7 +62,7 @@ def _check_stream_is_task_incremental(exp: CLExperience) -> None:
     first experience alone would not show."""
     try:
         stream = exp.origin_stream
-    except (AttributeError, AssertionError):
+    except (AttributeError, AssertionError, UnlearningNotSupportedError):
         return
     if stream is None or not hasattr(stream, "__len__") or stream in _TASK_INCREMENTAL_STREAMS:
         return
