@@ -29,7 +29,8 @@ from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
 __all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "audit_specs",
-           "interval_cell", "not_learned", "oracle_rows", "oracle_sequence", "relearn_threshold", "run_audit"]
+           "interval_cell", "not_learned", "oracle_rows", "oracle_sequence",
+           "relearn_threshold", "run_audit"]
 
 #: The relearning attack compares accuracies after this many fine-tuning steps.
 RELEARN_AT_STEP = 10
