@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -33,6 +31,7 @@ from pall_avalanche.catalog import (
 from pall_avalanche.config import (
     AUTO_MIN_RUNS,
     CONFIG_DIR,
+    MAX_SEED,
     apply_overrides,
     check_setting,
     for_benchmark,
@@ -40,21 +39,14 @@ from pall_avalanche.config import (
     parse_override,
     with_defaults,
 )
+from pall_avalanche.exit_codes import program_name
 from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES, THRESHOLD_METHODS
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.runs.pool import CPU_RUN_THREADS
 from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
-__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "main_guard",
-           "parse_methods", "parse_run_arguments", "program_name", "run_options"]
-
-
-def program_name(default: str) -> str:
-    """The name to show for this program: the installed command when it was run as one
-    (``pall-table1``), else ``default`` (``table1.py``)."""
-    invoked = Path(sys.argv[0]).name
-    return invoked if invoked.startswith("pall-") else default
-
+__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "folder_option",
+           "parse_methods", "parse_run_arguments", "run_options", "seed_option"]
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``prog: error: ...``, exit code 2); its
@@ -107,7 +99,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "(the audit's positive control and leaky PALL variants); "
                              f"available methods: {', '.join(METHOD_INFO)} (default: "
                              "%(default)s)")
-    parser.add_argument("--seeds", type=_non_negative_int, nargs="+",
+    parser.add_argument("--seeds", type=seed_option, nargs="+",
                         help="seeds to run (default: the configuration's 'seeds')")
     parser.add_argument("--n-unlearn", type=int, help="N_u, unlearning requests per sequence")
     parser.add_argument("--requests", metavar="SEQUENCE",
@@ -159,10 +151,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         metavar="KEY=VALUE",
                         help="override any configuration key (dotted for nested: "
                              "methods.er.lr=0.001); repeatable")
-    parser.add_argument("--out", type=Path, default=Path(default_out),
+    parser.add_argument("--out", type=folder_option, default=Path(default_out),
                         help=f"folder of the per-run records (default {default_out}); "
                              "finished records are reused")
-    parser.add_argument("--report-dir", type=Path,
+    parser.add_argument("--report-dir", type=folder_option,
                         help="folder of the CSV/Markdown/LaTeX report (default: the --out "
                              "folder, beside the records; the committed paper reports are "
                              "written with --report-dir reports)")
@@ -194,6 +186,14 @@ def parse_run_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | N
     return args
 
 
+def folder_option(text: str) -> Path:
+    """A folder option's value: any path but an empty one (which would mean the current
+    folder without saying so)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; give a folder")
+    return Path(text)
+
+
 def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
@@ -214,8 +214,13 @@ def _jobs(text: str) -> int | str:
                                          "auto") from None
 
 
-def _non_negative_int(text: str) -> int:
-    return _int_at_least(text, 0)
+def seed_option(text: str) -> int:
+    """A seed option's value: an integer from 0 to :data:`~pall_avalanche.config.MAX_SEED`."""
+    value = _int_at_least(text, 0)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large; give a seed from 0 to "
+                                         f"{MAX_SEED}")
+    return value
 
 
 def check_device(text: str) -> None:
@@ -239,6 +244,11 @@ def check_device(text: str) -> None:
                              f"CUDA device(s), cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {text}: MPS is not available on this machine")
+    elif device.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise ValueError(f"--device {text}: XPU is not available on this machine")
+    elif device.type not in ("cuda", "mps", "xpu"):
+        raise ValueError(f"--device {text}: runs train on cpu, cuda, cuda:N, mps or xpu, not "
+                         f"on {device.type}")
 
 
 def check_writable(folder: Path, option: str) -> None:
@@ -264,7 +274,7 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: A request sequence written out on the command line (``L0 L1 U0``, ``L6,L7,U1``).
-_SEQUENCE = re.compile(r"[LPUM]\d+([\s,]+[LPUM]\d+)*")
+_SEQUENCE = re.compile(r"[LPUM][0-9]+([\s,]+[LPUM][0-9]+)*")
 
 
 def read_requests(value: str, n_tasks: int) -> RequestSequence:
@@ -328,8 +338,17 @@ def config_from_args(args: argparse.Namespace, config_dir: Path = CONFIG_DIR
         overrides.append((key, value))
     config = apply_overrides(config, overrides)
     seeds = list(args.seeds) if args.seeds is not None else list(config.get("seeds", [0]))
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ValueError(f"--seeds {' '.join(map(str, seeds))}: seed(s) {twice} given more "
+                         "than once; give each seed once")
     check_device(args.device)
     if getattr(args, "report_dir", None) is None:
+        if Path(args.out).name == "reports":
+            raise ValueError(f"--out {args.out}: records go to a results folder, and reports "
+                             "are written into a reports folder only with --report-dir (the "
+                             "committed reports: --report-dir reports); give --out "
+                             "results/NAME")
         args.report_dir = args.out
     check_writable(args.out, "--out")
     check_writable(args.report_dir, "--report-dir")
@@ -342,22 +361,3 @@ def config_from_args(args: argparse.Namespace, config_dir: Path = CONFIG_DIR
         # The replayed sequence decides N_u (records and reports group by it).
         config["n_unlearn"] = len(requests.unlearned_tasks)
     return config, seeds, requests
-
-
-def main_guard(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None,
-               *, prog: str) -> NoReturn:
-    """Run ``main``; bad input ends the program with one line on stderr (``prog: error:
-    ...``) and exit code 2, a failure while running (a run that failed, a record that could
-    not be written: the message says where it was kept) with one line and exit code 1;
-    warnings print as one line each (``prog: warning: ...``)."""
-    prog = program_name(prog)
-    warnings.formatwarning = lambda message, *args, **kwargs: f"{prog}: warning: {message}\n"
-    try:
-        main(argv)
-    except (ValueError, FileNotFoundError, InvalidRequestSequence) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except (OSError, RuntimeError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        sys.exit(1)
-    sys.exit(0)

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["REQUIRED_KEYS", "CorruptFileError", "RunWarning", "WriteError", "file_mode",
-           "load_record", "one_line", "read_record", "set_aside", "write_atomic",
-           "write_json_atomic", "write_text_atomic"]
+           "load_record", "one_line", "read_record", "record_problem", "set_aside",
+           "write_atomic", "write_json_atomic", "write_text_atomic"]
 
 #: The keys a complete record has.
-REQUIRED_KEYS = ("method", "seed", "requests", "accuracy", "metrics")
+REQUIRED_KEYS = ("method", "seed", "requests", "accuracy", "metrics", "config")
 
 
 class RunWarning(UserWarning):
@@ -136,27 +136,59 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number a record holds")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def record_problem(data: Any) -> str | None:
+    """Why ``data`` (parsed JSON) is not a usable record, or ``None``: a JSON object with every
+    key of :data:`REQUIRED_KEYS`, a method name, an integer seed, a configuration object, and
+    metrics and accuracy rows of numbers (or ``null``: undefined)."""
+    if not isinstance(data, dict):
+        return f"not a record (a JSON {type(data).__name__})"
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        return f"not a complete record (no {', '.join(missing)})"
+    if not isinstance(data["method"], str) or type(data["seed"]) is not int:
+        return "not a record (its method is not a name or its seed not an integer)"
+    if not isinstance(data["config"], dict) or not isinstance(data["requests"], list):
+        return "not a record (its config is not an object or its requests not a list)"
+    metrics, accuracy = data["metrics"], data["accuracy"]
+    if not isinstance(metrics, dict) or not all(v is None or _number(v)
+                                                for v in metrics.values()):
+        return "not a record (its metrics are not numbers)"
+    if not isinstance(accuracy, list) or not all(
+            isinstance(row, list) and all(v is None or _number(v) for v in row)
+            for row in accuracy):
+        return "not a record (its accuracy is not rows of numbers)"
+    return None
+
+
 def load_record(path: str | Path) -> dict | None:
     """The record at ``path``; ``None`` if there is no such file.
 
     :param path: the record file.
-    :raises CorruptFileError: the file is there but is not valid JSON or not a complete
-        record (one of :data:`REQUIRED_KEYS` missing).
+    :raises CorruptFileError: the file is there but is not valid JSON (NaN and infinity
+        included, which no record holds; nesting too deep for the parser), or not a usable
+        record (:func:`record_problem`).
     """
     try:
         text = Path(path).read_bytes()
     except FileNotFoundError:
         return None
     try:
-        data = json.loads(text)
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise CorruptFileError(path, f"not valid JSON ({one_line(err)})") from None
-    if not isinstance(data, dict):
-        raise CorruptFileError(path, f"not a record (a JSON {type(data).__name__})")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        raise CorruptFileError(path, f"not a complete record (no {', '.join(missing)})")
+    problem = record_problem(data)
+    if problem:
+        raise CorruptFileError(path, problem)
     return data
+
 
 
 def read_record(path: str | Path) -> dict | None:

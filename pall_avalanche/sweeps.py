@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
-
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
+from pall_avalanche.config import load_yaml_file
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.files import write_text_atomic
 
 __all__ = ["expand_sweep", "job_environment", "main", "slurm_script", "visible_gpus"]
@@ -48,20 +48,44 @@ def expand_sweep(path: str | Path, *, wandb: bool = True) -> list[list[str]]:
     :param path: a W&B sweep YAML file with ``program``, ``method: grid``, ``parameters``
         (each ``value`` or ``values``) and optionally ``command``.
     :param wandb: keep the ``--wandb`` flag of the file's command.
-    :raises ValueError: not a grid sweep, or a parameter without ``value``/``values``.
+    :raises FileNotFoundError: there is no such file.
+    :raises ValueError: one line naming the file and what is wrong: not a readable YAML
+        mapping (:func:`~pall_avalanche.config.load_yaml_file`'s bounds), not a grid sweep, no
+        ``program`` string, no parameters, a parameter without ``value`` or with ``values``
+        that is not a non-empty list of scalars, a ``command`` that is not a list of strings.
     """
     path = Path(path)
-    spec = yaml.safe_load(path.read_text())
-    if not isinstance(spec, dict) or spec.get("method") != "grid":
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep file {path} does not exist")
+    spec = load_yaml_file(path, str(path))
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: a sweep file is a YAML mapping, got {type(spec).__name__}")
+    if spec.get("method") != "grid":
         raise ValueError(f"{path}: only grid sweeps (method: grid) have a grid of commands, "
-                         f"got method {spec.get('method') if isinstance(spec, dict) else None!r}")
+                         f"got method {spec.get('method')!r}")
+    if not isinstance(spec.get("program"), str) or not spec["program"].strip():
+        raise ValueError(f"{path}: 'program' must name the script, e.g. benchmarks/table1.py; "
+                         f"got {spec.get('program')!r}")
+    parameters = spec.get("parameters")
+    if not isinstance(parameters, dict) or not parameters:
+        raise ValueError(f"{path}: 'parameters' must map each parameter to its value or "
+                         f"values; got {parameters!r}")
     names, choices = [], []
-    for name, setting in (spec.get("parameters") or {}).items():
+    for name, setting in parameters.items():
         if not isinstance(setting, dict) or not ({"value", "values"} & set(setting)):
             raise ValueError(f"{path}: parameter {name!r} needs 'value' or 'values'")
+        values = setting["values"] if "values" in setting else [setting["value"]]
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, (str, int, float, bool)) or v is None for v in values):
+            raise ValueError(f"{path}: parameter {name!r}: 'values' must be a non-empty list "
+                             f"of numbers or strings; got {values!r}")
         names.append(name)
-        choices.append(setting["values"] if "values" in setting else [setting["value"]])
-    template = spec.get("command") or ["${env}", "${interpreter}", "${program}", "${args}"]
+        choices.append(values)
+    template = spec.get("command", ["${env}", "${interpreter}", "${program}", "${args}"])
+    if not isinstance(template, list) or not all(isinstance(p, str) for p in template):
+        raise ValueError(f"{path}: 'command' must be a list of strings (W&B's form, e.g. "
+                         f"[${{env}}, ${{interpreter}}, ${{program}}, ${{args}}]); got "
+                         f"{template!r}")
     fixed = [part for part in template if part not in _MACROS
              and (wandb or part != "--wandb")]
     commands = []

@@ -46,8 +46,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.cli import Parser, check_device, main_guard, parse_run_arguments
+from pall_avalanche.cli import Parser, check_device, parse_run_arguments, seed_option
 from pall_avalanche.config import apply_overrides, check_run_config, for_benchmark
+from pall_avalanche.exit_codes import main_guard
 
 __all__ = ["CHECK_OVERRIDES", "CHECK_REQUESTS", "Check", "check_method", "main"]
 
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         metavar="MODULE_OR_FILE",
                         help="load an extension (a module or file registering methods) first "
                              "(repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="the seed (default 0)")
+    parser.add_argument("--seed", type=seed_option, default=0, help="the seed (default 0)")
     parser.add_argument("--device", default="cpu",
                         help="where the runs train: cpu (default), cuda, cuda:N (deterministic "
                              "algorithms there)")

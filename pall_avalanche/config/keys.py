@@ -19,8 +19,12 @@ from pall_avalanche.options import (
     THRESHOLD_METHODS,
 )
 
-__all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "REQUIRED_KEYS", "KeySpec", "check_config",
+__all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "MAX_SEED", "REQUIRED_KEYS", "KeySpec", "check_config",
            "check_setting", "method_keys"]
+
+#: The largest seed (2^31 − 1: NumPy's legacy seeding takes up to 2^32 − 1, and the audit adds
+#: offsets of a few hundred thousand to a seed).
+MAX_SEED = 2**31 - 1
 
 #: With ``jobs="auto"`` a worker process per core is started only when at least this many
 #: records are missing: a worker costs seconds to start (it imports torch and Avalanche), a
@@ -98,8 +102,10 @@ CONFIG_KEYS: dict[str, KeySpec] = {
                              "becomes permanent (never to be unlearned); 0: every task is "
                              "learned permanently; unset: every task stays unlearnable",
                              nullable=True),
-    "seeds": _spec(list, (lambda v: all(isinstance(s, int) and not isinstance(s, bool)
-                                        and s >= 0 for s in v), "a list of integers >= 0"),
+    "seeds": _spec(list, (lambda v: bool(v) and len(set(v)) == len(v) and all(
+                              isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED
+                              for s in v),
+                          f"a non-empty list of distinct integers from 0 to {MAX_SEED}"),
                    "the default seeds"),
     "data_root": _spec(str, None, "folder of the dataset files", nullable=True),
     "train_per_task": _spec(int, _at_least(1), "subsample of each task's training set",

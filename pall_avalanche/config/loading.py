@@ -18,27 +18,74 @@ import yaml
 from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO
 from pall_avalanche.config.keys import REQUIRED_KEYS, check_config
 
-__all__ = ["CONFIG_DIR", "LOCATION_KEYS", "apply_overrides", "check_run_config", "config_hash",
-           "for_benchmark", "load_config", "parse_override", "resolve_method_config",
-           "with_defaults"]
+__all__ = ["CONFIG_DIR", "LOCATION_KEYS", "MAX_YAML_BYTES", "MAX_YAML_VALUES", "apply_overrides",
+           "check_run_config", "config_hash", "for_benchmark", "load_config", "load_yaml_file",
+           "parse_override", "resolve_method_config", "with_defaults"]
+
+#: The largest YAML file read (a configuration or sweep file is a few kilobytes).
+MAX_YAML_BYTES = 1 << 20
+#: The most values a YAML document may hold once its aliases are expanded (a kilobyte of
+#: nested aliases would otherwise stand for billions).
+MAX_YAML_VALUES = 100_000
 
 #: The shipped configuration files, ``<benchmark>.yaml`` (package data, so every script runs
 #: from a non-editable install).
 CONFIG_DIR = Path(str(files("pall_avalanche") / "configs"))
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read and check a YAML configuration file (:func:`check_config`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"configuration file {path} does not exist")
+def load_yaml_file(path: Path, what: str) -> Any:
+    """The YAML document of the file ``path``, read with bounds: at most
+    :data:`MAX_YAML_BYTES`, UTF-8, valid YAML, at most :data:`MAX_YAML_VALUES` values with
+    its aliases expanded and no alias inside itself.
+
+    :param what: how a message names the file (``"--config x.yaml"``).
+    :raises ValueError: one line naming ``what`` and the problem.
+    """
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ValueError(f"{what}: {size} bytes; a YAML file here is at most {MAX_YAML_BYTES}")
     try:
-        data = _load_yaml(path.read_text()) or {}
+        data = _load_yaml(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{what}: not UTF-8 text (byte {err.object[err.start]:#04x} at "
+                         f"position {err.start})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
-        raise ValueError(f"--config {path}: not valid YAML{where} ({problem})") from None
+        raise ValueError(f"{what}: not valid YAML{where} ({problem})") from None
+    _count_values(data, what, {}, set())
+    return data
+
+
+def _count_values(value: Any, what: str, counted: dict[int, int], open_: set[int]) -> int:
+    """How many values ``value`` holds with aliases expanded (a shared object counted at each
+    place it appears, computed once).
+
+    :raises ValueError: more than :data:`MAX_YAML_VALUES`, or an alias inside itself."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    key = id(value)
+    if key in open_:
+        raise ValueError(f"{what}: a YAML alias inside itself (a recursive value)")
+    if key not in counted:
+        open_.add(key)
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        counted[key] = 1 + sum(_count_values(item, what, counted, open_) for item in items)
+        open_.discard(key)
+    if counted[key] > MAX_YAML_VALUES:
+        raise ValueError(f"{what}: more than {MAX_YAML_VALUES} values once its aliases are "
+                         "expanded; a configuration holds a few hundred")
+    return counted[key]
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and check a YAML configuration file (:func:`load_yaml_file`,
+    :func:`check_config`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"configuration file {path} does not exist")
+    data = load_yaml_file(path, f"--config {path}") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a configuration must be a mapping, got {type(data).__name__}")
     check_config(data, str(path))
@@ -118,12 +165,12 @@ def for_benchmark(name: str, config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
     for a registered one (:func:`~pall_avalanche.catalog.register_benchmark`) the digits
     configuration with this benchmark and its default task count, updated by the
     configuration its registration gave (a mapping or a YAML file), if any."""
-    path = config_dir / f"{name}.yaml"
-    if path.is_file():
-        return load_config(path)
     if name not in BENCHMARK_INFO:
         raise ValueError(f"--benchmark {name}: unknown benchmark; valid: "
                          f"{', '.join(BENCHMARK_INFO)} (a plugin registers more: --plugin)")
+    path = config_dir / f"{name}.yaml"
+    if path.is_file():
+        return load_config(path)
     info = BENCHMARK_INFO[name]
     own = info.config
     if isinstance(own, (str, Path)):

@@ -8,7 +8,10 @@ numeric numpy arrays refers to; in particular the official CIFAR files (written 
 ``numpy._core.multiarray._reconstruct`` (NumPy 2), ``numpy[._]core.numeric._frombuffer``
 (protocol 5) and ``_codecs.encode`` with ``latin1`` (how protocol 2 writes bytes).
 Nothing is imported and no admitted global is handed to the unpickler itself: each maps to an
-inert stand-in that checks its arguments. A dtype must be bool, integer, float or complex
+inert stand-in that checks its arguments, made afresh for every load (nothing a pickle does
+reaches another load) and refusing a state (the ``BUILD`` opcode). Every length the stream
+declares is checked against the bytes it holds before the unpickler allocates anything (a
+short file cannot ask for a large buffer). A dtype must be bool, integer, float or complex
 (``object``, structured and string dtypes are refused), and the unpickler never calls NumPy's
 ``__setstate__``: each array is rebuilt from its raw bytes with ``numpy.frombuffer`` once its
 dtype, shape and byte count are checked, and stand-ins are replaced by the real arrays after
@@ -17,8 +20,10 @@ loading.
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
+import pickletools
 import re
 from typing import IO, Any
 
@@ -119,15 +124,22 @@ def _array(raw: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
 
 
 class _Global:
-    """An admitted global as the unpickler sees it: a callable that checks its arguments.
-    Slotted, so the pickle cannot set attributes on it."""
+    """An admitted global as the unpickler sees it: a callable that checks its arguments. One
+    load's own (:class:`_Unpickler` makes them), and the pickle cannot change it: a state for
+    it (``BUILD``) is refused."""
 
     __slots__ = ("name", "call")
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, name: str, call: Any) -> None:
-        self.name = name
-        self.call = call
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "call", call)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise RefusedPickleError(f"refusing to change {self.name}")
+
+    def __setstate__(self, state: Any) -> None:
+        raise RefusedPickleError(f"refusing to set a state of {self.name}")
 
     def __call__(self, *args: Any) -> Any:
         if self.call is None:
@@ -135,11 +147,12 @@ class _Global:
         return self.call(*args)
 
 
-_NDARRAY = _Global("numpy.ndarray", None)  # only ever an argument of _reconstruct
+_NDARRAY_NAME = "numpy.ndarray"     # only ever an argument of _reconstruct
 
 
 def _reconstruct(subtype: Any, shape: Any = None, typecode: Any = None) -> _ArrayStub:
-    if subtype is not _NDARRAY:
+    if not (isinstance(subtype, _Global) and subtype.name == _NDARRAY_NAME
+            and subtype.call is None):
         raise RefusedPickleError("refusing to reconstruct anything but a plain numpy.ndarray")
     return _ArrayStub()
 
@@ -158,24 +171,47 @@ def _dtype(spec: Any, align: Any = False, copy: Any = False) -> _DtypeStub:
     return _DtypeStub(spec)
 
 
+#: (module, name) → (the stand-in's name, what it calls; ``None``: it is never called).
 _ADMITTED = {
-    ("numpy.core.multiarray", "_reconstruct"): _Global("numpy _reconstruct", _reconstruct),
-    ("numpy._core.multiarray", "_reconstruct"): _Global("numpy _reconstruct", _reconstruct),
-    ("numpy.core.numeric", "_frombuffer"): _Global("numpy _frombuffer", _frombuffer),
-    ("numpy._core.numeric", "_frombuffer"): _Global("numpy _frombuffer", _frombuffer),
-    ("numpy", "ndarray"): _NDARRAY,
-    ("numpy", "dtype"): _Global("numpy.dtype", _dtype),
-    ("_codecs", "encode"): _Global("_codecs.encode", _latin1),
+    ("numpy.core.multiarray", "_reconstruct"): ("numpy _reconstruct", _reconstruct),
+    ("numpy._core.multiarray", "_reconstruct"): ("numpy _reconstruct", _reconstruct),
+    ("numpy.core.numeric", "_frombuffer"): ("numpy _frombuffer", _frombuffer),
+    ("numpy._core.numeric", "_frombuffer"): ("numpy _frombuffer", _frombuffer),
+    ("numpy", "ndarray"): (_NDARRAY_NAME, None),
+    ("numpy", "dtype"): ("numpy.dtype", _dtype),
+    ("_codecs", "encode"): ("_codecs.encode", _latin1),
 }
 
 
 class _Unpickler(pickle.Unpickler):
+    """The restricted unpickler of one load: its own stand-ins, made on first reference."""
+
+    def __init__(self, file: IO[bytes], *, encoding: str) -> None:
+        super().__init__(file, encoding=encoding)
+        self.stand_ins: dict[tuple[str, str], _Global] = {}
+
     def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _ADMITTED[module, name]
-        except KeyError:
+        if (module, name) not in _ADMITTED:
             raise RefusedPickleError(f"refusing to load the pickled object "
-                                     f"'{module}.{name}'") from None
+                                     f"'{module}.{name}'")
+        if (module, name) not in self.stand_ins:
+            self.stand_ins[module, name] = _Global(*_ADMITTED[module, name])
+        return self.stand_ins[module, name]
+
+
+def _check_lengths(data: bytes) -> None:
+    """Walk the opcodes of ``data`` (:func:`pickletools.genops`, which reads each declared
+    length's bytes from the stream, never more than it holds) so that no opcode declares more
+    bytes than the file has: the unpickler would allocate the declared size first.
+
+    :raises pickle.UnpicklingError: a declared length exceeds what follows it, or the stream is
+        malformed.
+    """
+    try:
+        for _ in pickletools.genops(io.BytesIO(data)):
+            pass
+    except ValueError as err:      # "expected N bytes ... but only M remain", a bad opcode
+        raise pickle.UnpicklingError(f"malformed pickle stream ({err})") from None
 
 
 def _resolve(obj: Any, done: dict[int, Any]) -> Any:
@@ -209,9 +245,12 @@ def load(file: IO[bytes], *, encoding: str = "bytes") -> Any:
     :param encoding: how Python 2 ``str`` objects are decoded (``"bytes"`` keeps them bytes).
     :raises RefusedPickleError: the pickle refers to a global outside the allow-list, or to a
         non-numeric numpy array.
-    :raises pickle.UnpicklingError: the pickle is malformed (a too deep nesting included).
+    :raises pickle.UnpicklingError: the pickle is malformed (a too deep nesting and a length
+        the stream does not hold included).
     """
+    data = file.read()
+    _check_lengths(data)
     try:
-        return _resolve(_Unpickler(file, encoding=encoding).load(), {})
+        return _resolve(_Unpickler(io.BytesIO(data), encoding=encoding).load(), {})
     except RecursionError as err:
         raise pickle.UnpicklingError("data nested too deeply") from err

@@ -44,7 +44,8 @@ from pall_avalanche.catalog import (
     AUDIT_LEAKS,
     method_label,
 )
-from pall_avalanche.cli import main_guard, run_options
+from pall_avalanche.cli import run_options
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import script_parser, start_script
 from pall_avalanche.reports import provenance, write_report
 from pall_avalanche.requests import RequestSequence

@@ -45,7 +45,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pall_avalanche.cli import Parser, check_device, check_writable, main_guard
+from pall_avalanche.cli import Parser, check_device, check_writable
+from pall_avalanche.exit_codes import main_guard
 
 __all__ = ["cli", "main"]
 

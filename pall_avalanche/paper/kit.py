@@ -27,10 +27,10 @@ from pall_avalanche.cli import (
     config_from_args,
     parse_methods,
     parse_run_arguments,
-    program_name,
     run_options,
 )
 from pall_avalanche.config import CONFIG_DIR, parse_override
+from pall_avalanche.exit_codes import RunsLeftOut, program_name
 from pall_avalanche.reports import FAILED_MARK, learning_failed, provenance, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.spec import plan
@@ -40,7 +40,9 @@ __all__ = [
     "GridPoint",
     "ScriptRun",
     "closing_summary",
+    "finish",
     "finish_report",
+    "left_out_notes",
     "run_grid",
     "script_parser",
     "start_script",
@@ -85,6 +87,8 @@ class ScriptRun:
     explicit: set[str]
     #: Records computed and reused so far (:func:`run_grid`), for :func:`closing_summary`.
     stats: dict[str, int] = field(default_factory=dict)
+    #: The runs that diverged and have no record (name: why), for the report and the exit.
+    left_out: list[str] = field(default_factory=list)
 
     def default(self, key: str, value: Any) -> None:
         """Set configuration ``key`` to the script's default unless the user set it."""
@@ -188,12 +192,40 @@ def run_grid(points: Sequence[GridPoint], run: ScriptRun) -> list[dict]:
         options["wandb"] = replace(options["wandb"], group=group)
     from pall_avalanche.runs.batch import run_specs  # torch: only once something runs
 
-    # one batch of runs for the whole grid (one pool of workers with --jobs), each run once
+    # one batch of runs for the whole grid (one pool of workers with --jobs), each run once;
+    # a diverged run is left out (named in run.left_out), the others go on
     unique = list(dict.fromkeys(spec for _, specs in planned for spec in specs))
-    computed = dict(zip(unique, run_specs(unique, run.args.out, group=group, stats=run.stats,
-                                          **options), strict=True))
-    return [{**computed[spec], "point": point.label, "point_overrides": dict(point.overrides)}
-            for point, specs in planned for spec in specs]
+    computed = {(r["method"], r["seed"], r["config_hash"]): r
+                for r in run_specs(unique, run.args.out, group=group, stats=run.stats,
+                                   skip_diverged=True, left_out=run.left_out, **options)}
+    if not computed:
+        raise RuntimeError("every run diverged, no record to report: "
+                           + "; ".join(run.left_out))
+    return [{**computed[key], "point": point.label, "point_overrides": dict(point.overrides)}
+            for point, specs in planned for spec in specs
+            if (key := (spec.method, spec.seed, spec.hash)) in computed]
+
+
+def left_out_notes(run: ScriptRun) -> list[str]:
+    """The preamble's line naming the runs that diverged and have no record (none if
+    none)."""
+    if not run.left_out:
+        return []
+    return [f"Left out: {len(run.left_out)} run(s) diverged and have no record, so their rows "
+            f"count fewer seeds: {'; '.join(run.left_out)}"]
+
+
+def finish(run: ScriptRun, records: Sequence[dict]) -> None:
+    """The end of a script: its closing summary on stderr.
+
+    :raises RunsLeftOut: runs diverged (the report is written without them; exit code 3).
+    """
+    print(closing_summary(run.stats, records), file=sys.stderr)
+    if run.left_out:
+        raise RunsLeftOut(f"{len(run.left_out)} run(s) diverged and are left out of the report "
+                          "(no record; a rerun tries them again): "
+                          + "; ".join(run.left_out[:3]) + (" …" if len(run.left_out) > 3
+                                                           else ""))
 
 
 def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
@@ -246,10 +278,12 @@ def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: 
     :param cells: the formatted table.
     :param notes: lines for the preamble (scaling decisions, what the paper uses).
     :param figures: file-name suffix → function writing the figure to a path.
+    :raises RunsLeftOut: after writing and printing the report, when runs diverged
+        (:func:`finish`).
     """
     stem = Path(run.args.report_dir) / f"{name}_{run.config['benchmark']}"
     figure_paths = {suffix: f"{stem}{suffix}.png" for suffix in figures or {}}
-    notes = [*notes, f"Records: `{run.args.out}`"]
+    notes = [*notes, f"Records: `{run.args.out}`", *left_out_notes(run)]
     if figure_paths:
         notes.append(f"Figures: {', '.join(Path(p).name for p in figure_paths.values())}")
     preamble = provenance(records, title=title, command=run.command, notes=notes,
@@ -261,5 +295,5 @@ def finish_report(run: ScriptRun, records: Sequence[dict], *, name: str, title: 
     log_table(WandbSettings.from_args(run.args), stem.name, numbers, config=run.config,
               markdown=markdown, group=default_group(run.config))
     print(markdown)
-    print(closing_summary(run.stats, records), file=sys.stderr)
+    finish(run, records)
     return markdown

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pall_avalanche.catalog import METHOD_INFO
-from pall_avalanche.cli import Parser, main_guard, parse_run_arguments
+from pall_avalanche.cli import Parser, parse_run_arguments
+from pall_avalanche.exit_codes import main_guard
 
 __all__ = ["DEFAULT_TIMING", "cli", "main", "method_rows"]
 

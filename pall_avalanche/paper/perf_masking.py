@@ -34,7 +34,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pall_avalanche.cli import Parser, check_device, main_guard
+from pall_avalanche.cli import Parser, check_device
+from pall_avalanche.exit_codes import main_guard
 
 COLUMN_NAMES = ("cifar10", "cifar100", "tinyimagenet")
 

@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pall_avalanche.audit.protocol import AUDIT_REQUESTS
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
+from pall_avalanche.exit_codes import main_guard
 
 __all__ = ["PHASES", "cli", "main", "phase_seconds"]
 

@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
+from pall_avalanche.exit_codes import main_guard
 
 
 def _seconds(command: list[str], cwd: str, repeats: int) -> float:

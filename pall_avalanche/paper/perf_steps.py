@@ -46,7 +46,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.step_meter import (
     TIMED_STEPS,
     StepMeter,

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.requests import RequestSequence, generate_requests
 
 __all__ = ["VARIANTS", "cli", "main", "run_variant"]

@@ -19,13 +19,13 @@ Several benchmarks side by side, as the paper prints Table 1:
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from pall_avalanche.catalog import TABLE1_ALPHAS
-from pall_avalanche.cli import Parser, add_run_arguments, main_guard
+from pall_avalanche.cli import Parser, add_run_arguments
 from pall_avalanche.config import resolve_method_config
-from pall_avalanche.paper.kit import GridPoint, closing_summary, run_grid, start_script
+from pall_avalanche.exit_codes import main_guard
+from pall_avalanche.paper.kit import GridPoint, finish, left_out_notes, run_grid, start_script
 from pall_avalanche.reports import (
     chance_by_benchmark,
     epochs_per_task,
@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     stem = f"table1_{config['benchmark']}"
     figure = Path(run.args.report_dir) / f"{stem}.png"
     notes = [f"Records: `{run.args.out}`", f"Figure: {figure.name} (A_l against A_u per row, "
-             "exact methods filled, chance dashed)"]
+             "exact methods filled, chance dashed)", *left_out_notes(run)]
     if "pall" in run.methods:
         notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "
                         f"with the configuration (WSN: α = {config['alpha']:g})")
@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     log_table(WandbSettings.from_args(run.args), stem, frame, config=config,
               markdown=markdown, group=default_group(config))
     print(markdown)
-    print(closing_summary(run.stats, records), file=sys.stderr)
+    finish(run, records)
 
 
 def cli(argv=None) -> None:

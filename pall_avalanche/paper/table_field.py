@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHODS
-from pall_avalanche.cli import main_guard, run_options
+from pall_avalanche.cli import run_options
 from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics, t_interval
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import finish_report, script_parser, start_script
 from pall_avalanche.reports import format_mean_std, format_table, summary_frame
 from pall_avalanche.requests import RequestSequence
@@ -50,8 +51,12 @@ def _references(sequence: RequestSequence, unlearnable_age: int | None
     """(retrained, never unlearned): ``sequence`` without any request of its unlearned tasks,
     and without its unlearning requests (under the CLPU protocol the unlearned tasks become
     permanent where the protocol makes the others: :meth:`RequestSequence.without_unlearning`)."""
-    return (sequence.without_tasks(sequence.unlearned_tasks),
-            sequence.without_unlearning(unlearnable_age))
+    retrained = sequence.without_tasks(sequence.unlearned_tasks)
+    if not len(retrained):
+        raise ValueError(f"--requests {sequence}: every task it learns is unlearned, so the "
+                         "retrained reference (the sequence without the unlearned tasks) has "
+                         "no request; give a sequence that keeps a task learned")
+    return retrained, sequence.without_unlearning(unlearnable_age)
 
 
 def _verdicts(paths: list[str] | None) -> dict[str, str]:
@@ -107,12 +112,19 @@ def main(argv=None) -> str:
             triples.append((label, spec, retrained, never))
     unique = list(dict.fromkeys(s for _, *specs in triples for s in specs))
     options = {**run_options(run.args), "checkpoints": False}
-    computed = dict(zip(unique, run_specs(unique, run.args.out, group=default_group(run.config),
-                                          stats=run.stats, probe=FieldProbe, **options),
-                        strict=True))
-    records = [{**computed[spec], "point": label,
-                "field": field_metrics(computed[spec], computed[retrained], computed[never])}
-               for label, spec, retrained, never in triples]
+    # a diverged run is left out (named in run.left_out) with the triples it belongs to
+    computed = {(r["method"], r["seed"], r["config_hash"]): r
+                for r in run_specs(unique, run.args.out, group=default_group(run.config),
+                                   stats=run.stats, probe=FieldProbe, skip_diverged=True,
+                                   left_out=run.left_out, **options)}
+
+    def record(spec):
+        return computed.get((spec.method, spec.seed, spec.hash))
+
+    records = [{**record(spec), "point": label,
+                "field": field_metrics(record(spec), record(retrained), record(never))}
+               for label, spec, retrained, never in triples
+               if all(record(s) is not None for s in (spec, retrained, never))]
     extra = {name: (lambda r, name=name: r["field"][name]) for name in FIELD_METRICS}
     extra["request_seconds"] = lambda r: float(np.mean(
         [t["seconds"] for t in r["timings"]["per_request"]]))
@@ -135,7 +147,9 @@ def main(argv=None) -> str:
                "never-unlearned reference (points)",
                *([f"Audit: the verdict of {', '.join(run.args.audit_report)} (the exactness "
                   "audit's own powered setting and sequence, not these runs; a later file "
-                  "wins); 'not audited' where none judged the method"] if verdicts else [])])
+                  "wins); 'not audited' where none judged the method"] if verdicts else []),
+               *(["A run whose reference diverged is left out with it"] if run.left_out
+                 else [])])
 
 
 def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:

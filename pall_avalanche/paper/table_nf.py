@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pall_avalanche.cli import main_guard
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,

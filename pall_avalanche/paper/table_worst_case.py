@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from pall_avalanche.catalog import TABLE1_METHODS
-from pall_avalanche.cli import main_guard
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import (
     GridPoint,
     finish_report,

@@ -7,6 +7,7 @@ failed (:func:`learning_failed`); :func:`table1_frame` is its Table 1 view (PALL
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pandas as pd
 from pall_avalanche.catalog import ABLATION_METHODS, METHOD_INFO, TABLE1_METHODS, method_label
 from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
-from pall_avalanche.files import read_record
+from pall_avalanche.files import CorruptFileError, RunWarning, load_record
 
 #: The mark of a row with records whose learning check failed: ``†k/n`` (:func:`failed_mark`).
 FAILED_MARK = "†"
@@ -174,11 +175,12 @@ def request_timings(record: Mapping, learn_index: int, unlearn_index: int
 
 def table1_points(frame: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
     """What the Table 1 figure draws, per benchmark of a :func:`table1_frame`: one point per
-    row with an unlearning request (``row``, ``exact``, ``failed``: its :func:`failed_mark`,
-    mean and std of A_l and A_u), in the table's order."""
+    row whose A_l and A_u are both defined (an unlearning request, and a task still learned
+    at the end: ``L0 U0`` has no A_l) — ``row``, ``exact``, ``failed`` (its
+    :func:`failed_mark`), mean and std of A_l and A_u — in the table's order."""
     points: dict[str, list[dict[str, Any]]] = {}
     for _, r in frame.iterrows():
-        if pd.isna(r["A_u_mean"]):
+        if pd.isna(r["A_u_mean"]) or r["A_l_mean"] is None or pd.isna(r["A_l_mean"]):
             continue
         points.setdefault(r["benchmark"], []).append({
             "row": r["row"], "exact": bool(r["exact"]),
@@ -200,27 +202,50 @@ def chance_by_benchmark(records: Iterable[dict]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------ CLI
 def load_records(results_dir: str | Path) -> list[dict]:
     """Every result record (``seed*.json``) under ``results_dir``, in path order. A file
-    that is not a complete record (truncated or invalid JSON, required keys missing) is
-    skipped with a :class:`~pall_avalanche.files.RunWarning` naming it (one line each); it
-    is left in place (a run on that folder sets it aside and computes the record again)."""
-    import warnings
-
-    from pall_avalanche.files import CorruptFileError, RunWarning, load_record
-
+    that is not a usable record (truncated or invalid JSON, NaN, required keys missing:
+    :func:`~pall_avalanche.files.load_record`) is skipped with a
+    :class:`~pall_avalanche.files.RunWarning` naming it (one line each); it is left in place
+    (a run on that folder sets it aside and computes the record again). Of records of one run
+    written by several versions of the code (the scripts keep the old record when the code
+    changes), only the newest is kept, with one warning line (:func:`newest_per_run`)."""
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"results folder {root} does not exist")
-    records = []
+    records, paths = [], []
     for path in sorted(root.rglob("seed*.json")):
-        record = read_record(path)
-        if record is not None:
-            records.append(record)
-            continue
         try:
-            load_record(path)  # why it is no record
+            records.append(load_record(path))
+            paths.append(path)
         except CorruptFileError as err:
             warnings.warn(f"skipped {err}", RunWarning, stacklevel=2)
-    return records
+    return newest_per_run(records, paths)
+
+
+def _run_key(record: dict) -> str:
+    """What makes two records the same run, whatever code wrote them: method, seed,
+    configuration, requests and training seed."""
+    return json.dumps([record["method"], record["seed"], record["config"], record["requests"],
+                       record.get("train_seed")], sort_keys=True, default=str)
+
+
+def newest_per_run(records: Sequence[dict], paths: Sequence[Path]) -> list[dict]:
+    """``records`` (read from ``paths``) with one record per run (:func:`_run_key`): where
+    several versions of the code wrote one run, the newest (``finished_at``) is kept and a
+    :class:`~pall_avalanche.files.RunWarning` says how many were left out, naming one."""
+    newest: dict[str, int] = {}
+    for i, record in enumerate(records):
+        key = _run_key(record)
+        if key not in newest or (str(record.get("finished_at", "")) >
+                                 str(records[newest[key]].get("finished_at", ""))):
+            newest[key] = i
+    kept = sorted(newest.values())
+    left = [i for i in range(len(records)) if i not in set(kept)]
+    if left:
+        keys = [_run_key(records[i]) for i in left]
+        warnings.warn(f"{len(left)} record(s) of older code left out, e.g. {paths[left[0]]} "
+                      f"(the same run's newer record: {paths[newest[keys[0]]]})", RunWarning,
+                      stacklevel=3)
+    return [records[i] for i in kept]
 
 
 def model_size_symbol(method: str) -> str:

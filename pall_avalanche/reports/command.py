@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pall_avalanche.cli import Parser, main_guard
+from pall_avalanche.cli import Parser
 from pall_avalanche.evaluation.metrics import METRIC_NAMES
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.reports.aggregate import (
     chance_by_benchmark,
     load_records,

@@ -159,6 +159,10 @@ def plot_table1(frame: pd.DataFrame, chance: Mapping[str, float], path: str | Pa
         ax.set_title(f"{benchmark}: filled, exact unlearning; open, approximate", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if not points:
+        axes[0][0].text(0.5, 0.5, "nothing to draw: no row has both A_l and A_u (a sequence "
+                        "without an unlearning request, or with no task learned at the end)",
+                        ha="center", va="center", wrap=True, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
     return _save(fig, path)

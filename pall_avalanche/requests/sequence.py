@@ -227,11 +227,22 @@ class RequestSequence(Sequence[Request]):
 
     @classmethod
     def load(cls, path: str | Path, n_tasks: int) -> RequestSequence:
-        """Read a JSON list of ``{"kind", "task"}`` objects and validate it for ``n_tasks``."""
+        """Read a JSON list of ``{"kind", "task"}`` objects and validate it for ``n_tasks``.
+
+        :raises InvalidRequestSequence: one line naming the file: not UTF-8, not valid JSON
+            (nesting too deep for the parser included), or not a valid sequence.
+        """
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise InvalidRequestSequence(f"{path}: not UTF-8 text (byte "
+                                         f"{err.object[err.start]:#04x} at position "
+                                         f"{err.start})") from None
         except json.JSONDecodeError as err:
             raise InvalidRequestSequence(f"{path}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise InvalidRequestSequence(f"{path}: not valid JSON (nested too deeply for a "
+                                         "list of requests)") from None
         if not isinstance(data, list):
             raise InvalidRequestSequence(
                 f"{path}: expected a JSON list of {{'kind', 'task'}} objects, "
@@ -254,7 +265,7 @@ def _tokens(text: str, example: str) -> list[str]:
 def _letter_and_task(token: str, letters: str, expected: str) -> tuple[str, int]:
     """The letter (one of ``letters``) and task id of a request token such as ``L3``;
     ``expected`` names the valid forms in the refusal."""
-    match = re.fullmatch(rf"([{letters}])(\d+)", token.strip())
+    match = re.fullmatch(rf"([{letters}])([0-9]+)", token.strip())   # ASCII digits only
     if match is None:
         raise InvalidRequestSequence(f"request {token!r} is not {expected}")
     return match[1], int(match[2])

@@ -18,7 +18,8 @@ import torch
 from pall_avalanche.catalog import BENCHMARK_INFO, PAPER_BENCHMARKS, register_benchmark
 from pall_avalanche.core import DivergedError
 from pall_avalanche.data import build_benchmark, check_benchmark
-from pall_avalanche.files import RunWarning
+from pall_avalanche.files import RunWarning, one_line
+from pall_avalanche.models import build_model
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.build import build_run
 from pall_avalanche.runs.engine import RunOptions, run_and_write
@@ -41,10 +42,13 @@ __all__ = ["LOCK_POLL_SECONDS", "check_builds", "run_experiments", "run_specs"]
 LOCK_POLL_SECONDS = 2.0
 
 
-def _left_out(name: str, err: DivergedError) -> None:
-    """Warn (one line) that the diverged run ``name`` is left out (``skip_diverged``)."""
+def _left_out(name: str, err: DivergedError, left_out: list[str] | None) -> None:
+    """Warn (one line) that the diverged run ``name`` is left out (``skip_diverged``), and
+    add ``"<name>: <why>"`` to ``left_out``."""
     warnings.warn(f"{name} left out: {err} (no record is written)", RunWarning,
                   stacklevel=4)
+    if left_out is not None:
+        left_out.append(f"{name}: {err}")
 
 
 def _failed(spec: RunSpec, err: BaseException) -> Exception:
@@ -129,14 +133,16 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
               checkpoints: bool = True, wandb: WandbSettings | None = None,
               probe: Callable[[], Any] | None = None, stats: dict[str, int] | None = None,
               skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS,
-              overall: OverallProgress | None = None) -> list[dict]:
+              overall: OverallProgress | None = None,
+              left_out: list[str] | None = None) -> list[dict]:
     """The records of ``specs`` (checked specifications, :func:`~pall_avalanche.runs.spec.plan`),
     in order: reused when finished under ``out_dir``, computed here or in ``jobs`` worker
     processes under their locks otherwise (the arguments as in :func:`run_experiments`;
     ``group``: the W&B group of the runs). A diverged run stops everything, unless
     ``skip_diverged``: then it is left out of the list with a one-line
     :class:`~pall_avalanche.files.RunWarning` (no record is written, so a rerun tries
-    it again; the exactness audit's many seeds and shadow runs go on without it). Before the
+    it again; the exactness audit's many seeds and shadow runs, and the scripts' grids, go on
+    without it), named with its reason in ``left_out`` when given. Before the
     first run, every missing method's strategy is built once on its model
     (:func:`check_builds`): one that refuses it stops the grid
     before anything trains. ``overall``: the script's progress over all its calls (the
@@ -152,12 +158,12 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
 
     records = {}
     for spec, path in paths.items():
-        records[spec] = peek_record(path)
+        records[spec] = peek_record(path, spec)
         if usable(records[spec]) and has_leftovers(path):
             # delete an orphan checkpoint and temporaries if no live owner holds the lock;
             # best effort: a read-only results folder is still read
             with contextlib.suppress(OSError):
-                lock, _ = claim(path, usable)
+                lock, _ = claim(path, usable, spec)
                 if lock is not None:        # the record changed meanwhile: computed below
                     lock.release()
     missing = [spec for spec in specs if not usable(records[spec])]
@@ -182,6 +188,7 @@ def run_specs(specs: Sequence[RunSpec], out_dir: str | Path, *, group: str,
         records.update(_run_missing(missing, paths, usable, arguments, name, jobs=jobs,
                                     show_progress=show_progress, device=device,
                                     skip_diverged=skip_diverged, poll_seconds=poll_seconds,
+                                    left_out=left_out,
                                     overall=overall))
     return [records[spec] for spec in specs if records[spec] is not None]
 
@@ -209,7 +216,8 @@ def check_builds(specs: Iterable[RunSpec]) -> None:
     :mod:`pall_avalanche.runs.build`: the records' code fingerprint covers the run's assembly,
     and this check changes no record.)
 
-    :raises ValueError: (or the strategy's own error) the first refusal.
+    :raises ValueError: (or the strategy's own error) the first refusal; a model that refuses
+        its ``model_kwargs`` is one line naming them.
     """
     benchmarks: dict[str, Any] = {}
     seen: set[tuple[str, str]] = set()
@@ -226,6 +234,16 @@ def check_builds(specs: Iterable[RunSpec]) -> None:
             benchmarks[data] = build_benchmark(
                 config["benchmark"], seed=spec.seed, n_tasks=config["n_tasks"],
                 data_root=config.get("data_root"), train_per_task=config.get("train_per_task"))
+        kwargs = config.get("model_kwargs") or {}
+        if kwargs:
+            split = benchmarks[data].split
+            try:
+                build_model(config["model"], input_shape=split.input_shape,
+                            n_tasks=split.n_tasks, classes_per_task=split.classes_per_task,
+                            **kwargs)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise ValueError(f"model_kwargs {kwargs}: the {config['model']} model refuses "
+                                 f"them ({one_line(err)})") from None
         build_run(spec.method, config, seed=spec.seed, benchmark=benchmarks[data],
                   measured=False)
 
@@ -259,13 +277,27 @@ def _register_given(benchmark: Any, name: str, jobs: int) -> bool:
     return True
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes (their runs keep their last checkpoints), so
+    that an interrupted batch ends at once instead of waiting for the running records.
+    ``ProcessPoolExecutor`` offers this only from Python 3.14 (``terminate_workers``); before
+    it, the processes are read from the pool's ``_processes``."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.terminate()
+
+
 def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                  usable: Callable[[dict | None], bool],
                  arguments: Callable[[RunSpec, bool], tuple],
                  name: Callable[[RunSpec], str], *, jobs: int | str,
                  show_progress: bool, device: str | torch.device = "cpu",
                  skip_diverged: bool = False, poll_seconds: float = LOCK_POLL_SECONDS,
-                 overall: OverallProgress | None = None) -> dict[RunSpec, dict]:
+                 overall: OverallProgress | None = None,
+                 left_out: list[str] | None = None) -> dict[RunSpec, dict]:
     """Compute or collect the ``missing`` records under their locks (module docstring):
     free ones here (``jobs == 1``) or in a pool of ``jobs`` worker processes, locked ones
     once their owner wrote them or their lock went stale."""
@@ -284,7 +316,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
             for spec in list(todo):
                 if jobs > 1 and len(running) >= workers:
                     break
-                lock, record = claim(paths[spec], usable)
+                lock, record = claim(paths[spec], usable, spec)
                 if lock is None and record is None:
                     continue  # a live other owner computes it: look again later
                 todo.remove(spec)
@@ -302,7 +334,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                     except DivergedError as err:
                         if not skip_diverged:
                             raise _failed(spec, err) from err
-                        _left_out(name(spec), err)
+                        _left_out(name(spec), err, left_out)
                     finally:
                         held.pop(spec).release()
                     bar.update(spec)
@@ -319,7 +351,7 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
                     held.pop(spec).release()
                     err = future.exception()
                     if isinstance(err, DivergedError) and skip_diverged:
-                        _left_out(name(spec), err)
+                        _left_out(name(spec), err, left_out)
                         bar.update(spec, "diverged")
                         continue
                     if err is not None:
@@ -331,6 +363,10 @@ def _run_missing(missing: list[RunSpec], paths: dict[RunSpec, Path],
             elif todo:
                 note.show([paths[spec] for spec in todo])
                 time.sleep(poll_seconds)
+    except KeyboardInterrupt:
+        if pool is not None:        # Ctrl-C to this process alone: stop the workers now
+            _stop_workers(pool)
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -34,7 +34,13 @@ from pall_avalanche.evaluation import (
     model_size_mb,
 )
 from pall_avalanche.extensions import provenance as extension_provenance
-from pall_avalanche.files import CorruptFileError, RunWarning, set_aside, write_json_atomic
+from pall_avalanche.files import (
+    CorruptFileError,
+    RunWarning,
+    one_line,
+    set_aside,
+    write_json_atomic,
+)
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs.build import NondeterministicOperation, build_run, seed_everything
@@ -85,18 +91,35 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
 
 
 def _resume(run: _Run, checkpoint: Path | None) -> None:
-    """Restore ``run`` from ``checkpoint`` if there is a usable one (same identity)."""
+    """Restore ``run`` from ``checkpoint`` if there is one.
+
+    :raises CorruptFileError: the checkpoint loads but cannot serve this run: another run's
+        (its identity differs), a count of requests done outside the sequence, or a state
+        the strategy cannot take (the strategy may be partly restored: build it again).
+    """
     state = _resumable_checkpoint(checkpoint, run.device) if checkpoint is not None else None
     if state is None:
         return
-    different = [key for key, value in run.spec.identity().items() if state.get(key) != value]
+    different = sorted(key for key, value in run.spec.identity().items()
+                       if state.get(key) != value)
     if different:
-        raise ValueError(f"checkpoint {checkpoint} belongs to another run (its {different} "
-                         "differ); delete it to start this run afresh")
-    run.strategy.restore_checkpoint_state(state["strategy"])
-    restore_rng_state(state["rng"])
-    run.done = state["requests_done"]
-    run.resumed_after[:] = [*state["resumed_after"], run.done]   # the writer's list too
+        raise CorruptFileError(checkpoint, f"the checkpoint of another run (its "
+                                           f"{', '.join(different)} differ)")
+    done, after = state.get("requests_done"), state.get("resumed_after")
+    total = len(run.spec.sequence)
+    if type(done) is not int or not 0 < done <= total or not isinstance(after, list):
+        raise CorruptFileError(checkpoint, f"{done!r} requests done, outside this run's "
+                                           f"1 to {total}")
+    try:
+        run.strategy.restore_checkpoint_state(state["strategy"])
+        restore_rng_state(state["rng"])
+    except torch.OutOfMemoryError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as err:
+        raise CorruptFileError(checkpoint, f"a state {run.spec.method}'s strategy cannot take "
+                                           f"({type(err).__name__}: {one_line(err)})") from None
+    run.done = done
+    run.resumed_after[:] = [*after, run.done]   # the writer's list too
 
 
 def _step(run: _Run, show_progress: bool) -> None:
@@ -201,7 +224,13 @@ def execute(spec: RunSpec, *, device: str | torch.device = "cpu", show_progress:
     :func:`run_record`; ``label`` names the run in warnings, as its progress line does)."""
     checkpoint = None if checkpoint is None else Path(checkpoint)
     run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat, label)
-    _resume(run, checkpoint)
+    try:
+        _resume(run, checkpoint)
+    except CorruptFileError as err:     # it cannot serve the run: aside, and start afresh
+        aside = set_aside(checkpoint)
+        warnings.warn(f"{err}; set aside as {aside.name}, the run starts afresh", RunWarning,
+                      stacklevel=2)
+        run = _build(spec, torch.device(device), plugins, probe, checkpoint, heartbeat, label)
     try:
         _step(run, show_progress)
     except RuntimeError as err:

@@ -91,15 +91,37 @@ def check_format(path: Path, record: dict | None) -> None:
                          f"version writes format {RECORD_FORMAT}: use another --out")
 
 
-def peek_record(path: Path) -> dict | None:
-    """The record at ``path`` read without its lock: ``None`` if missing or corrupt (a
-    corrupt record is reported and set aside by whoever takes the lock)."""
+def _load(path: Path, spec: RunSpec | None) -> dict | None:
+    """The record at ``path`` (``None``: missing) if it can serve ``spec``.
+
+    :raises CorruptFileError: it cannot: not a usable record, no integer ``format`` (a
+        damaged file; another integer format refuses the folder, :func:`check_format`), or
+        the record of another run than ``spec`` (method, seed or ``config_hash``: a file
+        copied into the wrong folder).
+    """
+    record = load_record(path)
+    if record is None:
+        return None
+    if type(record.get("format")) is not int:
+        raise CorruptFileError(path, "a record without its format (a damaged file)")
+    check_format(path, record)
+    if spec is not None:
+        found = (record["method"], record["seed"], record.get("config_hash"))
+        if found != (spec.method, spec.seed, spec.hash):
+            raise CorruptFileError(path, f"the record of another run (method {found[0]}, "
+                                         f"seed {found[1]}, config_hash {found[2]}), not of "
+                                         f"{spec.method} seed {spec.seed} ({spec.hash})")
+    return record
+
+
+def peek_record(path: Path, spec: RunSpec | None = None) -> dict | None:
+    """The record at ``path`` read without its lock: ``None`` if missing or unusable for
+    ``spec`` (:func:`_load`; such a record is reported and set aside by whoever takes the
+    lock)."""
     try:
-        record = load_record(path)
+        return _load(path, spec)
     except CorruptFileError:
         return None
-    check_format(path, record)
-    return record
 
 
 def leftovers(path: Path) -> list[Path]:
@@ -124,30 +146,30 @@ def has_leftovers(path: Path) -> bool:
     return checkpoint_path(path).exists() or bool(leftovers(path))
 
 
-def claim(path: Path, usable: Callable[[dict | None], bool]
+def claim(path: Path, usable: Callable[[dict | None], bool], spec: RunSpec | None = None
            ) -> tuple[RecordLock | None, dict | None]:
-    """Try to take the lock of the record ``path``.
+    """Try to take the lock of the record ``path`` (of ``spec``, when given).
 
     Returns ``(lock, None)``: the record is ours to compute (its temporaries are deleted, a
-    corrupt record file is set aside with a warning); ``(None, record)``: the record is
-    finished (an orphan checkpoint beside it is deleted if we got the lock); ``(None, None)``:
-    a live other owner holds the lock and the record is not finished.
+    record file that cannot serve ``spec`` is set aside with a warning: :func:`_load`);
+    ``(None, record)``: the record is finished (an orphan checkpoint beside it is deleted if
+    we got the lock); ``(None, None)``: a live other owner holds the lock and the record is
+    not finished.
     """
     lock = acquire_lock(lock_path(path))
     if lock is None:
-        record = peek_record(path)
+        record = peek_record(path, spec)
         return None, record if usable(record) else None
     try:
         for leftover in leftovers(path):
             leftover.unlink(missing_ok=True)
         try:
-            record = load_record(path)
+            record = _load(path, spec)
         except CorruptFileError as err:
             aside = set_aside(path)
             warnings.warn(f"{err}; set aside as {aside.name}, computing the record again",
                           RunWarning, stacklevel=2)
             record = None
-        check_format(path, record)
         if usable(record):
             checkpoint_path(path).unlink(missing_ok=True)  # orphan of a kill after the rename
     except BaseException:

@@ -128,6 +128,52 @@ def test_admitted_globals_check_their_arguments(payload: tuple[bytes, str]) -> N
         safe_pickle.load(io.BytesIO(data))
 
 
+#: A stand-in's state set by the pickle (``BUILD``): ``numpy.dtype``'s stand-in with
+#: ``call = 5``. Were it admitted, every later load in the process would call 5.
+POISON = b"\x80\x02cnumpy\ndtype\nN}X\x04\x00\x00\x00callK\x05s\x86b."
+
+
+def test_a_pickle_cannot_change_how_another_file_is_read(tmp_path: Path) -> None:
+    clean = pickle.dumps({b"x": np.arange(6, dtype=np.int16).reshape(2, 3)}, protocol=2)
+    with pytest.raises(safe_pickle.RefusedPickleError, match="refusing to set a state of "
+                                                             "numpy.dtype"):
+        safe_pickle.load(io.BytesIO(POISON))
+    loaded = safe_pickle.load(io.BytesIO(clean), encoding="bytes")
+    assert loaded[b"x"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    # through the CIFAR loader: the crafted meta file is named, and a clean folder still loads
+    bad = write_cifar10(tmp_path / "bad", train_per_class=2, test_per_class=1)
+    (bad / "batches.meta").write_bytes(POISON)
+    with pytest.raises(ValueError, match=re.escape(f"{bad / 'batches.meta'}: refusing to set "
+                                                   "a state of numpy.dtype")):
+        load_cifar(tmp_path / "bad", "cifar10", download=False)
+    write_cifar10(tmp_path / "good", train_per_class=2, test_per_class=1)
+    images = load_cifar(tmp_path / "good", "cifar10", download=False)
+    assert len(images.train_y) == 20
+
+
+def test_a_short_file_cannot_ask_for_a_large_buffer() -> None:
+    """BINBYTES8 declaring 80 MB in a 20-byte file: refused before anything is allocated."""
+    import tracemalloc
+
+    data = b"\x80\x04\x8e" + (80 * 2**20).to_bytes(8, "little") + b"abc."
+    tracemalloc.start()
+    try:
+        with pytest.raises(pickle.UnpicklingError, match="malformed pickle stream"):
+            safe_pickle.load(io.BytesIO(data))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    # the plain unpickler allocates the declared size first
+    tracemalloc.start()
+    try:
+        with pytest.raises(pickle.UnpicklingError):
+            pickle.Unpickler(io.BytesIO(data)).load()
+        assert tracemalloc.get_traced_memory()[1] > 80 * 2**20
+    finally:
+        tracemalloc.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # The official format still loads
 

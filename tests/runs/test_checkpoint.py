@@ -23,7 +23,7 @@ from pall_avalanche.checkpoint import (
 )
 from pall_avalanche.cli import add_run_arguments, run_options
 from pall_avalanche.config import AUTO_MIN_RUNS
-from pall_avalanche.files import read_record
+from pall_avalanche.files import RunWarning, read_record
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
 from pall_avalanche.runs.pool import CPU_RUN_THREADS, resolve_jobs
@@ -111,13 +111,49 @@ def test_twice_killed_run_and_checkpoint_contents(tmp_path):
     assert resumed["resumed_after"] == [1, 3]
 
 
-def test_checkpoint_of_another_run_is_refused(tmp_path):
+def test_checkpoint_of_another_run_is_set_aside_and_the_run_starts_afresh(tmp_path):
     ckpt = tmp_path / "run.ckpt"
     with pytest.raises(Interrupted):
         run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt,
                    plugins=[KillAfter(2)])
-    with pytest.raises(ValueError, match=r"belongs to another run .*'seed'"):
-        run_record("sequential", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    with pytest.warns(RunWarning, match=r"run.ckpt: the checkpoint of another run \(its seed "
+                                        r"differ\); set aside as run.ckpt.corrupt, the run "
+                                        r"starts afresh"):
+        record = run_record("sequential", 1, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    same_numbers(record, run_record("sequential", 1, CONFIG, requests=REQUESTS))
+    assert record["resumed_after"] == [] and (tmp_path / "run.ckpt.corrupt").is_file()
+
+
+def _unfit(state: dict, how: str) -> str:
+    """Change a sequential run's checkpoint ``state`` so that it loads but cannot serve the
+    run; return the reason the warning must give."""
+    if how == "done_outside":
+        state["requests_done"] = 99
+        return r"99 requests done, outside this run's 1 to 5"
+    if how == "done_not_int":
+        state["requests_done"] = "2"
+        return r"'2' requests done"
+    strategy = make_strategy("pall", epochs=1)[0]       # PALL's state in Sequential's run
+    state["strategy"] = strategy.checkpoint_state()
+    return r"a state sequential's strategy cannot take \("
+
+
+@pytest.mark.parametrize("how", ["done_outside", "done_not_int", "other_strategy"])
+def test_a_checkpoint_that_cannot_serve_the_run_is_set_aside(tmp_path, how):
+    """It loads, names this run, but does not fit it: set aside with one warning, and the run
+    starts afresh (its record as a fresh run's), on this run and on every rerun."""
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(Interrupted):
+        run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt,
+                   plugins=[KillAfter(2)])
+    state = torch.load(ckpt, weights_only=True)
+    reason = _unfit(state, how)
+    torch.save(state, ckpt)
+    with pytest.warns(RunWarning, match=rf"run.ckpt: {reason}.*; set aside as run.ckpt.corrupt, "
+                                        r"the run starts afresh"):
+        record = run_record("sequential", 0, CONFIG, requests=REQUESTS, checkpoint=ckpt)
+    same_numbers(record, run_record("sequential", 0, CONFIG, requests=REQUESTS))
+    assert (tmp_path / "run.ckpt.corrupt").is_file()
 
 
 def test_encode_decode_round_trip_and_refusal():

@@ -27,7 +27,7 @@ from helpers import FAST_CONFIG, seq
 
 import pall_avalanche.runs.engine as engine
 from pall_avalanche.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
-from pall_avalanche.cli import main_guard
+from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.files import RunWarning, load_record, read_record, set_aside, write_json_atomic
 from pall_avalanche.reports import load_records, write_report
 from pall_avalanche.runs import (
@@ -382,7 +382,7 @@ def test_a_truncated_record_is_recomputed_by_the_runner_and_skipped_by_the_repor
     messages = sorted(str(w.message) for w in caught if w.category is RunWarning)
     assert len(messages) == 2 and messages[0].startswith(f"skipped {path}: not valid JSON (")
     assert messages[1] == (f"skipped {incomplete}: not a complete record (no requests, "
-                           "accuracy, metrics)")
+                           "accuracy, metrics, config)")
 
 
 # ------------------------------------------------------------ late write failure
