@@ -15,7 +15,8 @@ import torch
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation import RequestLog, request_evaluator, request_log_of
 from pall_avalanche.models import build_model
-from pall_avalanche.strategies import METHODS, UnlearningTemplate, build_strategy
+from pall_avalanche.strategies.base import UnlearningTemplate
+from pall_avalanche.strategies.registry import METHODS, build_strategy
 
 __all__ = ["NondeterministicOperation", "BuiltRun", "build_run", "configure_numerics",
            "seed_everything"]

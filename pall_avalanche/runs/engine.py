@@ -48,7 +48,8 @@ from pall_avalanche.runs.spec import RunSpec, probe_modules
 from pall_avalanche.runs.store import RECORD_FORMAT, checkpoint_path, unsaved_error
 from pall_avalanche.runs.subscribers import CheckpointWriter, LockHeartbeat, WandbRequestLogger
 from pall_avalanche.runs.wandb_logging import WandbSettings, wandb_run
-from pall_avalanche.strategies import METHODS, UnlearningTemplate
+from pall_avalanche.strategies.base import UnlearningTemplate
+from pall_avalanche.strategies.registry import METHODS
 
 __all__ = ["RunOptions", "device_info", "execute", "run_and_write", "run_record", "versions"]
 

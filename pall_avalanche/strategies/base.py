@@ -120,6 +120,10 @@ class UnlearningTemplate(RequestLifecycle, Permanence, TaskRouting, Optimization
     #: :data:`~pall_avalanche.catalog.registration.MODEL_SIZES`), read when the class is
     #: registered (:func:`~pall_avalanche.catalog.register_method`).
     table_size: str = DENSE_SIZE
+    #: Whether the method takes the ``mask_threshold`` speed option (the subnetwork methods:
+    #: :class:`~pall_avalanche.strategies.subnetwork.SubnetworkStrategy`), which
+    #: :func:`~pall_avalanche.strategies.registry.build_strategy` then passes on.
+    takes_mask_threshold: bool = False
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",

@@ -22,7 +22,6 @@ from pall_avalanche.catalog import METHOD_INFO, MethodInfo, load, register_metho
 from pall_avalanche.config import method_keys
 from pall_avalanche.options import OPTIMIZERS
 from pall_avalanche.strategies.base import UnlearningTemplate
-from pall_avalanche.strategies.subnetwork import SubnetworkStrategy
 
 __all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "register_method"]
 
@@ -109,7 +108,7 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
     # a speed option of the subnetwork methods (the same masks whichever way)
     threshold = ({"mask_threshold": config["mask_threshold"]}
                  if config.get("mask_threshold") is not None
-                 and issubclass(spec.strategy, SubnetworkStrategy) else {})
+                 and spec.strategy.takes_mask_threshold else {})
     if evaluator is None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="No loggers specified")
