@@ -26,6 +26,7 @@ table_field_<benchmark>.{md,csv,tex} beside the records (--out) or into --report
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ import pandas as pd
 
 from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHODS
 from pall_avalanche.cli import run_options
-from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics, t_interval
+from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics
+from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import finish_report, script_parser, start_script
 from pall_avalanche.reports import format_mean_std, format_table, summary_frame
@@ -129,9 +131,11 @@ def main(argv=None) -> str:
     extra["request_seconds"] = lambda r: float(np.mean(
         [t["seconds"] for t in r["timings"]["per_request"]]))
     frame = summary_frame(records, ("point", "method"), extra=extra)
-    intervals = [t_interval([r["field"]["tow"] for r in records
-                             if (r["point"], r["method"]) == (row.point, row.method)])
-                 for row in frame.itertuples()]
+    tows = [[r["field"]["tow"] for r in records
+             if (r["point"], r["method"]) == (row.point, row.method)
+             and r["field"]["tow"] is not None and not math.isnan(r["field"]["tow"])]
+            for row in frame.itertuples()]
+    intervals = [t_interval(values) if len(values) > 1 else None for values in tows]
     frame["tow_low"] = [None if i is None else i[1] for i in intervals]
     frame["tow_high"] = [None if i is None else i[2] for i in intervals]
     frame["audit_verdict"] = [verdicts.get(m, "") for m in frame["method"]]

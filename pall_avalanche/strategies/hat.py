@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from pall_avalanche.catalog import EMBEDDING_SIZE
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.masks.attention import (
     HATNet,
@@ -69,7 +70,7 @@ from pall_avalanche.models.grouped import group_losses
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["COMPENSATE_ORDERS", "AmnesiacHAT", "HAT"]
+__all__ = ["COMPENSATE_ORDERS", "HAT", "HAT_KEYS", "DECLARATIONS", "AmnesiacHAT"]
 
 #: The order in which AmnesiacHAT compensates the tasks learned after the unlearned one
 #: (CLArena's ``compensate_order``): oldest first, or newest first.
@@ -386,9 +387,23 @@ class AmnesiacHAT(HAT):
         for stored in self.backups.values():
             stored.pop(task, None)
         net.remove_embedding(task)
-        self._statistics = {"compensated_tasks": list(later), "compensated_entries": entries}
+        self.record_statistics(compensated_tasks=list(later), compensated_entries=entries)
 
     def _make_permanent(self, task: int) -> None:
         """Free Δθ_t, t's backup initialisation and its backups: t is never unlearned."""
         del self.updates[task], self.before[task]
         self.backups.pop(task, None)
+
+
+#: HAT's keys, at the values of the HAT paper and its reference code (``joansj/hat``).
+HAT_KEYS = {
+    "s_max": Key(400.0, "HAT's largest gate scale s (the scale at test time)", low=1),
+    "lamb": Key(0.75, "c, the weight of HAT's attention regulariser", low=0),
+}
+DECLARATIONS = (
+    Method("hat", HAT, exact=False, label="HAT", keys=HAT_KEYS),
+    Method("amnesiac_hat", AmnesiacHAT, exact=False, label="Amnesiac HAT",
+           keys={**HAT_KEYS, "compensate_order": Key(
+               "forward", "the order in which the remaining tasks' backups are compensated",
+               choices=COMPENSATE_ORDERS)}),
+)

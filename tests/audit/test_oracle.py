@@ -22,12 +22,12 @@ from pall_avalanche.audit import (
     oracle_sequence,
     roc_auc,
     run_audit,
-    t_interval,
 )
 from pall_avalanche.audit.oracle import not_learned, oracle_rows
 from pall_avalanche.audit.permutation import ridge_scores, seed_folds
 from pall_avalanche.catalog import AUDIT_CONTROL, AUDIT_LEAKS, method_label
 from pall_avalanche.config import for_benchmark, resolve_method_config
+from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.files import read_record
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs import run_record
