@@ -31,6 +31,7 @@ from pall_avalanche.catalog import (
 from pall_avalanche.config import (
     AUTO_MIN_RUNS,
     CONFIG_DIR,
+    CPU_RUN_THREADS,
     MAX_SEED,
     apply_overrides,
     check_setting,
@@ -42,7 +43,6 @@ from pall_avalanche.config import (
 from pall_avalanche.exit_codes import program_name
 from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
-from pall_avalanche.runs.pool import CPU_RUN_THREADS
 from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
 __all__ = ["RUN_FLAG_KEYS", "Parser", "add_run_arguments", "check_device", "config_from_args",

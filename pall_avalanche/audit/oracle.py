@@ -4,7 +4,7 @@ never learned the unlearned task and a reference oracle with other training rand
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -212,66 +212,75 @@ def relearn_threshold(classes_per_task: int) -> float:
 
 
 def audit_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
-               n_permutations: int = N_PERMUTATIONS) -> list[dict]:
+               n_permutations: int = N_PERMUTATIONS,
+               done: Callable[[str], None] | None = None) -> list[dict]:
     """One row of measurements per method (see the module docstring), in ``methods`` order; a
     method left with fewer than 2 seeds of all three roles (its runs diverged) gets only
     ``method`` and ``seeds``.
 
     :param runs: :func:`run_audit`'s records by role.
     :param n_permutations: permutations of Eq. 1's test.
+    :param done: called with each method's name once its row is computed (progress).
     """
     by_role = {role: _by_method(records) for role, records in runs.items()}
     rows = []
     for method in methods:
-        unl, ora, ref = (by_role[role].get(method, {})
-                         for role in ("unlearned", "oracle", "reference"))
-        seeds = sorted(set(unl) & set(ora) & set(ref))     # a diverged run leaves its seed out
-        if len(seeds) < 2:          # too few seeds left for an interval: nothing measured
-            rows.append({"method": method, "seeds": len(seeds)})
-            continue
-        cpt = unl[seeds[0]]["split"]["classes_per_task"]
-        tasks = [int(t) for t in unl[seeds[0]]["probe"]["outputs"]]
-        row: dict[str, Any] = {"method": method, "seeds": len(seeds)}
-        for name, head_only in (("auc", False), ("auc_head", True)):
-            feats, labels, groups = [], [], []
-            for s in seeds:
-                for label, record in ((1, unl[s]), (0, ora[s])):
-                    for t in tasks:
-                        feats.append(model_features(record["probe"]["outputs"][str(t)], t, cpt,
-                                                    head_only))
-                        labels.append(label)
-                        groups.append(s)
-            test = eq1_test(np.array(feats), np.array(labels), np.array(groups),
-                            n_permutations=n_permutations)
-            row[name], row[f"{name}_p"], row[f"{name}_upper"] = (test["auc"], test["p"],
-                                                                  test["upper"])
-        js_gap, mia_loss, mia_feat = [], [], []
-        for s in seeds:
-            outs = {role: d[s]["probe"]["outputs"] for role, d in
-                    (("u", unl), ("o", ora), ("r", ref))}
-            js_gap.append(np.mean([mean_js(outs["u"][str(t)], outs["r"][str(t)], cpt)
-                                   - mean_js(outs["o"][str(t)], outs["r"][str(t)], cpt)
-                                   for t in tasks]))
-            mia_u = np.mean([membership_aucs(outs["u"][str(t)], t, cpt) for t in tasks], axis=0)
-            mia_o = np.mean([membership_aucs(outs["o"][str(t)], t, cpt) for t in tasks], axis=0)
-            mia_loss.append(mia_u[0] - mia_o[0])
-            mia_feat.append(mia_u[1] - mia_o[1])
-        for name, values in (("js_gap", js_gap), ("mia_loss_gap", mia_loss),
-                             ("mia_feature_gap", mia_feat)):
-            row[name], row[f"{name}_low"], row[f"{name}_high"] = t_interval(values)
-        records = [unl[s] for s in seeds]
-        row["not_learned"] = not_learned(records)
-        row["provenance"] = _provenance_cell(records, "direct_pass")
-        row["provenance_strict"] = _provenance_cell(records, "strict_pass")
-        row.update(_relapse(records))
-        row.update(_reference_relapse([ora[s] for s in seeds], records[0]))
-        row.update(_relearning(records, [ora[s] for s in seeds], tasks, cpt))
-        a_l = [r["metrics"]["A_l"] for r in records if r["metrics"]["A_l"] is not None]
-        row["A_l"], row["A_l_std"] = float(np.mean(a_l)), float(np.std(a_l, ddof=1))
-        row["unlearn_seconds"] = float(np.mean([r["timings"]["unlearn_seconds"]
-                                                for r in records]))
-        rows.append(row)
+        rows.append(_audit_row(method, by_role, n_permutations))
+        if done is not None:
+            done(method)
     return rows
+
+
+def _audit_row(method: str, by_role: Mapping[str, Mapping[int, dict]],
+               n_permutations: int) -> dict[str, Any]:
+    """:func:`audit_rows`' row of ``method`` (its records by role and seed)."""
+    unl, ora, ref = (by_role[role].get(method, {})
+                     for role in ("unlearned", "oracle", "reference"))
+    seeds = sorted(set(unl) & set(ora) & set(ref))     # a diverged run leaves its seed out
+    if len(seeds) < 2:          # too few seeds left for an interval: nothing measured
+        return {"method": method, "seeds": len(seeds)}
+    cpt = unl[seeds[0]]["split"]["classes_per_task"]
+    tasks = [int(t) for t in unl[seeds[0]]["probe"]["outputs"]]
+    row: dict[str, Any] = {"method": method, "seeds": len(seeds)}
+    for name, head_only in (("auc", False), ("auc_head", True)):
+        feats, labels, groups = [], [], []
+        for s in seeds:
+            for label, record in ((1, unl[s]), (0, ora[s])):
+                for t in tasks:
+                    feats.append(model_features(record["probe"]["outputs"][str(t)], t, cpt,
+                                                head_only))
+                    labels.append(label)
+                    groups.append(s)
+        test = eq1_test(np.array(feats), np.array(labels), np.array(groups),
+                        n_permutations=n_permutations)
+        row[name], row[f"{name}_p"], row[f"{name}_upper"] = (test["auc"], test["p"],
+                                                              test["upper"])
+    js_gap, mia_loss, mia_feat = [], [], []
+    for s in seeds:
+        outs = {role: d[s]["probe"]["outputs"] for role, d in
+                (("u", unl), ("o", ora), ("r", ref))}
+        js_gap.append(np.mean([mean_js(outs["u"][str(t)], outs["r"][str(t)], cpt)
+                               - mean_js(outs["o"][str(t)], outs["r"][str(t)], cpt)
+                               for t in tasks]))
+        mia_u = np.mean([membership_aucs(outs["u"][str(t)], t, cpt) for t in tasks], axis=0)
+        mia_o = np.mean([membership_aucs(outs["o"][str(t)], t, cpt) for t in tasks], axis=0)
+        mia_loss.append(mia_u[0] - mia_o[0])
+        mia_feat.append(mia_u[1] - mia_o[1])
+    for name, values in (("js_gap", js_gap), ("mia_loss_gap", mia_loss),
+                         ("mia_feature_gap", mia_feat)):
+        row[name], row[f"{name}_low"], row[f"{name}_high"] = t_interval(values)
+    records = [unl[s] for s in seeds]
+    row["not_learned"] = not_learned(records)
+    row["provenance"] = _provenance_cell(records, "direct_pass")
+    row["provenance_strict"] = _provenance_cell(records, "strict_pass")
+    row.update(_relapse(records))
+    row.update(_reference_relapse([ora[s] for s in seeds], records[0]))
+    row.update(_relearning(records, [ora[s] for s in seeds], tasks, cpt))
+    a_l = [r["metrics"]["A_l"] for r in records if r["metrics"]["A_l"] is not None]
+    row["A_l"], row["A_l_std"] = float(np.mean(a_l)), float(np.std(a_l, ddof=1))
+    row["unlearn_seconds"] = float(np.mean([r["timings"]["unlearn_seconds"]
+                                            for r in records]))
+    return row
 
 
 def interval_cell(row: Mapping[str, Any], name: str, digits: int = 3) -> str:

@@ -32,7 +32,7 @@ stays within its null. KLoM and the retained-set exposure
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,8 @@ def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
 
 
 def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
-                n_permutations: int = N_PERMUTATIONS) -> dict[str, dict[str, Any]]:
+                n_permutations: int = N_PERMUTATIONS,
+                done: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Per method: the attack on its unlearned shadow runs (keys prefixed ``attack_``) and on
     its oracle runs (prefixed ``control_``), each statistic's permutation p-value
     (``attack_auc_p``, ...), the attack against its control (``leak_auc`` = attack AUC −
@@ -163,6 +164,7 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
     (at least 4 pairs; fewer: its runs diverged).
 
     :param runs: :func:`run_shadows`' records by role.
+    :param done: called with each method's name once its row is computed (progress).
     """
     out = {}
     for method in methods:
@@ -197,4 +199,6 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
                                     n_permutations=n_permutations))
         row.update(retained_figures(records["unlearned"]))
         out[method] = row
+        if done is not None:
+            done(method)
     return out

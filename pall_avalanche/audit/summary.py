@@ -5,7 +5,7 @@ and one verdict per method (:mod:`~pall_avalanche.audit.verdict`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,20 +77,28 @@ def _dose(records: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequence[dict]],
-              methods: Sequence[str], *, n_permutations: int = N_PERMUTATIONS
-              ) -> AuditSummary:
+              methods: Sequence[str], *, n_permutations: int = N_PERMUTATIONS,
+              done: Callable[[str], None] | None = None) -> AuditSummary:
     """Rows, power, δ and verdicts (module docstring).
 
     :param runs: :func:`~pall_avalanche.audit.run_audit`'s records by role.
     :param shadow_runs: :func:`~pall_avalanche.audit.shadows.run_shadows`' records by role.
     :param methods: the methods, in row order; the positive control and the leaky variants
         among them are instruments, every other method is audited.
+    :param done: called as each method's tests end, twice per method (``"<method>:
+        attack"``, then ``"<method>: Eq. 1"``): the permutation tests take minutes.
     """
     instruments = {AUDIT_CONTROL, *AUDIT_LEAKS}
     audited = [m for m in methods if m not in instruments]
-    attacks = attack_rows(shadow_runs, methods, n_permutations=n_permutations)
+
+    def finished(what: str) -> Callable[[str], None] | None:
+        return None if done is None else (lambda method: done(f"{method}: {what}"))
+
+    attacks = attack_rows(shadow_runs, methods, n_permutations=n_permutations,
+                          done=finished("attack"))
     rows = [{**row, **attacks[row["method"]]}
-            for row in audit_rows(runs, methods, n_permutations=n_permutations)]
+            for row in audit_rows(runs, methods, n_permutations=n_permutations,
+                                  done=finished("Eq. 1"))]
     adjusted = family_p_values(rows, audited)
     family_size = sum(1 for (m, _), p in adjusted.items() if m in audited and p == p)
     for row in rows:

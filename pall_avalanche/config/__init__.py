@@ -16,6 +16,7 @@ range is refused with one line naming where it came from (the file,
 from pall_avalanche.config.keys import (
     AUTO_MIN_RUNS,
     CONFIG_KEYS,
+    CPU_RUN_THREADS,
     MAX_SEED,
     REQUIRED_KEYS,
     KeySpec,
@@ -39,6 +40,7 @@ from pall_avalanche.config.loading import (
 
 __all__ = [
     "AUTO_MIN_RUNS",
+    "CPU_RUN_THREADS",
     "CONFIG_DIR",
     "CONFIG_KEYS",
     "LOCATION_KEYS",

@@ -19,12 +19,22 @@ from pall_avalanche.options import (
     SELECTION_NAMES,
 )
 
-__all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "MAX_SEED", "REQUIRED_KEYS", "KeySpec", "check_config",
-           "check_setting", "method_keys"]
+__all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "CPU_RUN_THREADS", "MAX_SEED", "REQUIRED_KEYS",
+           "KeySpec", "check_config", "check_setting", "method_keys"]
 
 #: The largest seed (2^31 − 1: NumPy's legacy seeding takes up to 2^32 − 1, and the audit adds
 #: offsets of a few hundred thousand to a seed).
 MAX_SEED = 2**31 - 1
+
+#: torch's intra-op threads for every run that trains on the CPU, in this process or in a
+#: worker (:func:`pall_avalanche.runs.pool.run_threads`). A record depends on them (a matrix
+#: product sums in another order with another number of threads), so one number for every
+#: layout makes a record the same for any ``jobs``; and one thread is the fast layout for the
+#: harness's CPU runs. Measured on 2 cores (Intel Xeon) with ``benchmarks/table1.py --epochs 2
+#: --seeds 0`` (13 runs in this process): 15.0 s with one thread and 15.0 s with two on a quiet
+#: machine, 15.9 s against 104.9 s with another process keeping one core busy (two threads
+#: wait for each other on a shared core).
+CPU_RUN_THREADS = 1
 
 #: With ``jobs="auto"`` a worker process per core is started only when at least this many
 #: records are missing: a worker costs seconds to start (it imports torch and Avalanche), a

@@ -277,7 +277,7 @@ def main(argv=None) -> None:
     from pall_avalanche.audit.summary import summarise
     from pall_avalanche.audit.twins import runs_needed
     from pall_avalanche.audit.verdict import ALPHA, FAMILY_TESTS
-    from pall_avalanche.runs.progress import OverallProgress
+    from pall_avalanche.runs.progress import OverallProgress, StageProgress
 
     tests = sum(m not in (AUDIT_CONTROL, *AUDIT_LEAKS) for m in methods) * len(FAMILY_TESTS)
     needed = math.ceil(max(tests, len(FAMILY_TESTS)) / ALPHA)
@@ -298,7 +298,11 @@ def main(argv=None) -> None:
     runs = run_audit(methods, seeds, config, args.out, requests=requests, **options)
     shadow_runs = run_shadows(methods, shadows, config, args.out, requests=requests,
                               seed=seeds[0], **options)
-    summary = summarise(runs, shadow_runs, methods, n_permutations=permutations)
+    # the permutation tests take minutes: a line per method and test as they end
+    tests_bar = StageProgress(2 * len(methods), "tests", not args.quiet, names=str)
+    summary = summarise(runs, shadow_runs, methods, n_permutations=permutations,
+                        done=lambda what: tests_bar.update(what))
+    tests_bar.close()
     minutes = (time.perf_counter() - started) / 60
     frame = pd.DataFrame(summary.rows)
     sequences = (f"Audited sequence R: {' '.join(map(str, requests))}; oracle R′: "

@@ -85,7 +85,7 @@ def run_experiments(methods: Sequence[str], seeds: Sequence[int], config: dict,
         ``device="cuda"`` on a machine with several GPUs, each its own GPU), or ``"auto"``: one
         per core for CPU runs when many records are missing
         (:func:`~pall_avalanche.runs.pool.resolve_jobs`). A CPU run uses
-        :data:`~pall_avalanche.runs.pool.CPU_RUN_THREADS` torch threads wherever it runs, so
+        :data:`~pall_avalanche.config.CPU_RUN_THREADS` torch threads wherever it runs, so
         the records are the same as with 1.
     :param checkpoints: checkpoint every run after each request next to its record and resume
         from such a checkpoint (:func:`run_record`); ``False``: neither.

@@ -20,27 +20,18 @@ from typing import Any
 
 import torch
 
-from pall_avalanche.config import AUTO_MIN_RUNS
+from pall_avalanche.config import AUTO_MIN_RUNS, CPU_RUN_THREADS
 from pall_avalanche.extensions import load_extensions, loaded_extensions
 from pall_avalanche.files import RunWarning, write_json_atomic
 from pall_avalanche.runs.engine import run_and_write
 
-__all__ = ["CPU_RUN_THREADS", "ensure_avalanche_config", "init_worker", "resolve_jobs",
+__all__ = ["ensure_avalanche_config", "init_worker", "resolve_jobs",
            "run_in_worker", "run_threads", "start_pool", "worker_device"]
-
-#: torch's intra-op threads for every run that trains on the CPU, in this process or in a
-#: worker. A record depends on them (a matrix product sums in another order with another
-#: number of threads), so one number for every layout makes a record the same for any
-#: ``jobs``; and one thread is the fast layout for the harness's CPU runs. Measured on 2 cores
-#: (Intel Xeon) with ``benchmarks/table1.py --epochs 2 --seeds 0`` (13 runs in this process):
-#: 15.0 s with one thread and 15.0 s with two on a quiet machine, 15.9 s against 104.9 s with
-#: another process keeping one core busy (two threads wait for each other on a shared core).
-CPU_RUN_THREADS = 1
 
 
 def _threads_for(device: str | torch.device, jobs: int) -> int:
-    """torch threads of one run: :data:`CPU_RUN_THREADS` on the CPU; for a GPU run (whose CPU
-    work is small) the cores shared among the ``jobs`` processes."""
+    """torch threads of one run: :data:`~pall_avalanche.config.CPU_RUN_THREADS` on the CPU;
+    for a GPU run (whose CPU work is small) the cores shared among the ``jobs`` processes."""
     if torch.device(device).type == "cpu":
         return CPU_RUN_THREADS
     return max(1, (os.cpu_count() or 1) // jobs)
@@ -48,8 +39,9 @@ def _threads_for(device: str | torch.device, jobs: int) -> int:
 
 @contextlib.contextmanager
 def run_threads(device: str | torch.device) -> Iterator[None]:
-    """torch's threads for a run in this process (:data:`CPU_RUN_THREADS` on the CPU; a GPU
-    run keeps this process's), restored afterwards."""
+    """torch's threads for a run in this process
+    (:data:`~pall_avalanche.config.CPU_RUN_THREADS` on the CPU; a GPU run keeps this
+    process's), restored afterwards."""
     before = torch.get_num_threads()
     if torch.device(device).type == "cpu":
         torch.set_num_threads(CPU_RUN_THREADS)

@@ -197,6 +197,16 @@ def tiny_audit(tmp_path_factory):
     return (out, methods, *_audit(out, methods, [0, 1]))
 
 
+def test_audit_rows_report_each_method_as_it_is_done(tiny_audit):
+    """The permutation tests take minutes: ``done`` hears of every method, in order, with the
+    rows as ``audit_rows`` gives them without it."""
+    _, methods, runs, rows = tiny_audit
+    heard = []
+    again = audit_rows(runs, methods, done=heard.append)
+    assert heard == methods
+    assert [r["method"] for r in again] == methods and again[0].keys() == rows[methods[0]].keys()
+
+
 def test_tiny_audit_records_are_stored_and_reused(tiny_audit):
     out, methods, runs, _ = tiny_audit
     record = runs["reference"][0]

@@ -1,6 +1,7 @@
-"""Every result a tutorial quotes comes from a command this test runs: the README's sample
+"""Every result a tutorial quotes comes from a command this test runs — the README's sample
 rows of the quick check (the first tutorial includes them) and the own-method tutorial's A_u
-of L2-init and Sequential. (The README's Avalanche block, which the Avalanche tutorial
+of L2-init and Sequential — or, for the audit tutorial's 19-minute first verdict, from the
+committed report of its command. (The README's Avalanche block, which the Avalanche tutorial
 includes, prints its own expected line: tests/e2e/test_readme.py.) Quoted and printed agree
 within a point: another CPU's vector kernels may flip a test sample."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import benchmark_script
 
@@ -50,6 +52,30 @@ def test_the_readmes_sample_rows_are_the_quick_checks(tmp_path, capsys):
     for label, cells in quoted.items():
         assert numbers(printed[label]) == pytest.approx(numbers(cells), abs=1.0), label
         assert ("†" in printed[label][0]) == ("†" in cells[0]), label
+
+
+def test_the_audit_tutorials_verdict_is_its_committed_report():
+    """The audit tutorial's first verdict (a 19-minute command) is quoted from the report that
+    command wrote, committed with its command line."""
+    tutorial = " ".join((ROOT / "docs" / "tutorials" / "audit.md").read_text().split())
+    command = ("python benchmarks/audit.py --plugin examples/l2_init_plugin.py --methods "
+               "l2_init --jobs 2")
+    assert command in tutorial
+    report = (ROOT / "reports" / "l2_init" / "audit_digits.md").read_text()
+    assert (f"Command: `{command} --out results/audit_l2_init --report-dir reports/l2_init`"
+            in report)
+    row = pd.read_csv(ROOT / "reports" / "l2_init" / "audit_digits.csv").set_index(
+        "method").loc["l2_init"]
+    quoted = re.search(r'verdict for L2-init: "([^"]+)" .* \(AUC (\d\.\d+), adjusted p '
+                       r"(\d\.\d+)\) .* \(gap to control \+(\d\.\d+), adjusted p "
+                       r"(\d\.\d+)\)", tutorial)
+    assert quoted, "the tutorial's verdict sentence changed: update this test with it"
+    verdict, auc, auc_p, gap, gap_p = quoted.groups()
+    assert verdict == row["verdict"]
+    assert (float(auc), float(auc_p)) == (round(row["auc_head"], 3),
+                                          round(row["auc_head_p_adj"], 3))
+    assert (float(gap), float(gap_p)) == (round(row["leak_auc"], 3),
+                                          round(row["leak_auc_p_adj"], 3))
 
 
 def test_the_own_method_tutorials_numbers_are_its_commands(tmp_path, capsys):

@@ -22,11 +22,11 @@ from pall_avalanche.checkpoint import (
     save_checkpoint,
 )
 from pall_avalanche.cli import add_run_arguments, run_options
-from pall_avalanche.config import AUTO_MIN_RUNS
+from pall_avalanche.config import AUTO_MIN_RUNS, CPU_RUN_THREADS
 from pall_avalanche.files import RunWarning, read_record
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
-from pall_avalanche.runs.pool import CPU_RUN_THREADS, resolve_jobs
+from pall_avalanche.runs.pool import resolve_jobs
 from pall_avalanche.strategies import UnlearningPlugin
 
 # 1 epoch on 40 samples per task, short retraining: every method in a few seconds.
