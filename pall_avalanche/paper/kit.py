@@ -29,7 +29,7 @@ from pall_avalanche.cli import (
     parse_run_arguments,
     run_options,
 )
-from pall_avalanche.config import CONFIG_DIR, parse_override
+from pall_avalanche.config import CONFIG_DIR, parse_override, resolve_method_config
 from pall_avalanche.exit_codes import RunsLeftOut, program_name
 from pall_avalanche.reports import FAILED_MARK, provenance, record_failed_learning, write_report
 from pall_avalanche.requests import RequestSequence
@@ -104,6 +104,11 @@ class ScriptRun:
     @property
     def n_tasks(self) -> int:
         return int(self.config["n_tasks"])
+
+    def value(self, key: str, method: str = "pall") -> Any:
+        """``key``'s value in ``method``'s resolved configuration (a method key such as
+        ``alpha`` is its default unless the configuration sets it)."""
+        return resolve_method_config(self.config, method)[key]
 
     def pick(self, methods: Sequence[str]) -> list[str]:
         """``methods`` restricted to (and in the order of) those the user selected."""

@@ -145,7 +145,7 @@ def main(argv=None) -> str:
         notes=[f"Protocols: {PAPER} (every task temporary) and {CLPU} (unlearnable_age = "
                f"{age}); per method, protocol and seed a retrained and a never-unlearned "
                "reference run (docs/fidelity.md, \"The field\")",
-               f"PALL α = {run.config['alpha']:g}; mean ± std over seeds; ToW mean [95 % "
+               f"PALL α = {run.value('alpha'):g}; mean ± std over seeds; ToW mean [95 % "
                "t-interval]; DD: feature distance of the unlearned tasks' backbone features "
                "to the retrained reference; AG: accuracy gain of the remaining tasks over the "
                "never-unlearned reference (points)",

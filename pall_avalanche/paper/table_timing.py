@@ -70,7 +70,7 @@ def main(argv=None) -> str:
               f"T={run.n_tasks})",
         notes=["Sequence L0, L1, U0, L2, …; learning = request L1 (seconds per epoch), "
                "unlearning = request U0 (total seconds); ratios to Sequential in the same run",
-               f"PALL α = {run.config['alpha']:g}, N_f = {run.config['n_retrain_iters']}"],
+               f"PALL α = {run.value('alpha'):g}, N_f = {run.value('n_retrain_iters')}"],
         figures={"": lambda path: plot_timing_vs_tasks(records, path)})
 
 
