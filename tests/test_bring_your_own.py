@@ -81,12 +81,15 @@ def test_a_methods_own_key_reaches_its_strategy_with_its_default_and_its_overrid
 
 @pytest.mark.parametrize("setting, message", [
     ("methods.l2_init.l2_strength=abc",
-     r"--set methods.l2_init.l2_strength=abc: l2_strength \(L2-init's own key, default 0.01\) "
-     r"must be a number in \[0, inf\], got 'abc'"),
-    ("methods.l2_init.l2_strength=-1", r"must be in \[0, inf\], got -1"),
-    ("l2_strength=0.5", r"--set l2_strength=0.5: 'l2_strength' is an own key of method "
-                        r"'l2_init'; set it as methods.l2_init.l2_strength=VALUE"),
-    ("methods.sequential.l2_strength=0.5", r"'l2_strength' is an own key of method 'l2_init'"),
+     r"--set methods.l2_init.l2_strength=abc: l2_strength \(weight of the L2 pull towards the "
+     r"initial weights\) "
+     r"must be a number >= 0, got 'abc'"),
+    ("methods.l2_init.l2_strength=-1", r"must be >= 0, got -1"),
+    ("l2_strength=-0.5", r"--set l2_strength=-0.5: l2_strength \(weight of the L2 pull towards "
+                         r"the initial weights\) must be >= 0, got -0.5"),
+    ("methods.sequential.l2_strength=0.5", r"--set methods.sequential.l2_strength=0.5: method "
+                                           r"'sequential' takes no key 'l2_strength' \(methods "
+                                           r"that do: l2_init\); its keys: none"),
 ])
 def test_a_bad_own_key_is_refused_in_one_line_like_a_built_in_key(tmp_path, capsys, setting,
                                                                     message):
@@ -280,10 +283,11 @@ def test_a_config_file_takes_what_it_leaves_out_from_its_benchmark_per_method_to
     assert config["epochs"] == 1 and config["batch_size"] == shipped["batch_size"]
     assert check_run_config(config, "er")["lr"] == 0.002                 # the file's own
     assert check_run_config(config, "derpp")["lr"] == shipped["methods"]["derpp"]["lr"]
-    gem = check_run_config(config, "gem")                               # only under methods:
-    assert gem["memory_strength"] == shipped["methods"]["gem"]["memory_strength"]
-    with pytest.raises(ValueError, match=r"the configuration of 'gem' lacks memory_strength"):
-        check_run_config({k: v for k, v in config.items() if k != "methods"}, "gem")
+    # a key nobody sets is at the method's declared default, with or without a methods: entry
+    default = METHOD_INFO["gem"].keys["memory_strength"].default
+    assert check_run_config(config, "gem")["memory_strength"] == default
+    bare = {k: v for k, v in config.items() if k != "methods"}
+    assert check_run_config(bare, "gem")["memory_strength"] == default
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("benchmark: nowhere\n")
     args.config = unknown

@@ -85,6 +85,9 @@ def run_contract(method: str, config: dict, seed: int,
                  device: str = "cpu") -> list[Check]:
     """The contract's checks of ``method`` with the resolved ``config`` on ``requests``,
     training on ``device``."""
+    keys = _keys_check(method)
+    if not keys.passed:     # the strategy cannot be built with its declared keys: nothing runs
+        return [keys]
     sequence = [{"kind": kind, "task": task} for kind, task in requests]
     test_stream = build_benchmark(config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
                                   train_per_task=config.get("train_per_task")).test_stream
@@ -99,7 +102,7 @@ def run_contract(method: str, config: dict, seed: int,
         resumed = _Recorder(test_stream)
         again = run_record(method, seed, config, requests=sequence, checkpoint=checkpoint,
                            plugins=[resumed], device=device)
-    checks = [_keys_check(method)]
+    checks = [keys]
     failed = [c for c in record["learning_checks"] if c["failed"]]
     checks.append(Check("learns", not failed, "every learned task above chance on its training "
                         "data" if not failed else "left at chance: " + ", ".join(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,21 +243,32 @@ def check_setting(key: str, value: Any, where: str, *, method: str | None = None
         if parts[0] in ("methods", "seeds"):
             raise ValueError(f"{where}: {parts[0]!r} cannot be set per method")
     name = parts[0]
-    for spec in _key_specs(name, method, where):
-        if len(parts) > 1:
-            if spec.kind is not dict:
-                raise ValueError(f"{where}: {name} is not a mapping; set it as {name}=VALUE")
-            return
-        if not _type_ok(spec, value):
-            kind = _KIND_NAMES[spec.kind] + (" or null" if spec.nullable else "")
-            raise ValueError(f"{where}: {name} ({spec.meaning}) must be {kind}"
-                             + (f" {spec.what}" if spec.what else "") + f", got {value!r}")
-        if spec.valid is not None and value is not None and not spec.valid(value):
-            raise ValueError(f"{where}: {name} ({spec.meaning}) must be {spec.what}, got "
-                             f"{value!r}")
+    # a method key set for every method that declares it must suit one of them (each run
+    # checks its own method's value before it starts)
+    problems = [_problem(spec, name, parts, value, where)
+                for spec in _key_specs(name, method, where)]
+    if all(problems):
+        raise problems[0]
     if name == "methods":
         for method, overrides in value.items():
             check_setting(f"methods.{method}", overrides, where)
+
+
+def _problem(spec: KeySpec, name: str, parts: Sequence[str], value: Any, where: str
+             ) -> ValueError | None:
+    """What is wrong with ``value`` for the key ``name`` of ``spec`` (``parts``: the dotted
+    key's parts from ``name`` on), or ``None``."""
+    if len(parts) > 1:
+        return None if spec.kind is dict else ValueError(
+            f"{where}: {name} is not a mapping; set it as {name}=VALUE")
+    if not _type_ok(spec, value):
+        kind = _KIND_NAMES[spec.kind] + (" or null" if spec.nullable else "")
+        return ValueError(f"{where}: {name} ({spec.meaning}) must be {kind}"
+                          + (f" {spec.what}" if spec.what else "") + f", got {value!r}")
+    if spec.valid is not None and value is not None and not spec.valid(value):
+        return ValueError(f"{where}: {name} ({spec.meaning}) must be {spec.what}, got "
+                          f"{value!r}")
+    return None
 
 
 def check_config(config: Mapping[str, Any], where: str, *, method: str | None = None) -> None:

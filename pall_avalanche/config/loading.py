@@ -148,9 +148,6 @@ def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, A
     if not isinstance(overrides, dict):
         raise ValueError(f"methods.{method} must be a mapping of overrides, got {overrides!r}")
     flat.update(copy.deepcopy(overrides))
-    missing = [k for k in REQUIRED_KEYS if k not in flat]
-    if missing:
-        raise ValueError(f"the configuration of {method!r} lacks the keys {missing}")
     return flat
 
 
@@ -211,6 +208,9 @@ def check_run_config(config: Mapping[str, Any], method: str,
     if overrides:
         config = apply_overrides(config, overrides)
     resolved = resolve_method_config(config, method)
+    missing = [k for k in REQUIRED_KEYS if k not in resolved]
+    if missing:
+        raise ValueError(f"the configuration of {method!r} lacks the keys {missing}")
     check_config(resolved, f"the configuration of {method!r}", method=method)
     clashing = [k for k in METHOD_INFO[method].keys if k in CONFIG_KEYS] \
         if method in METHOD_INFO else []

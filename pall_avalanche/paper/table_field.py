@@ -167,6 +167,8 @@ def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:
     def tow(row) -> str:
         if pd.isna(row["tow_mean"]):
             return "—"
+        if row["tow_low"] is None or pd.isna(row["tow_low"]):      # one seed: no interval
+            return f"{row['tow_mean']:.3f}"
         return f"{row['tow_mean']:.3f} [{row['tow_low']:.3f}, {row['tow_high']:.3f}]"
 
     cells = format_table(frame, {"A_l": "A_l", "A_u": "A_u", "F_l": "F_l", "F_u": "F_u"},

@@ -34,7 +34,10 @@ from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.rehearsal import ReplayObjective
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import EWC
-from pall_avalanche.strategies.keys import (
+from pall_avalanche.strategies.lwf import LwF
+from pall_avalanche.strategies.replay import DERpp, LearningReplayPlugin, ReplayTemplate
+from pall_avalanche.strategies.sequential import Sequential
+from pall_avalanche.strategies.shared_keys import (
     BETA,
     BUFFER_SIZE,
     EWC_LAMBDA,
@@ -42,9 +45,6 @@ from pall_avalanche.strategies.keys import (
     LWF_TEMPERATURE,
     positive,
 )
-from pall_avalanche.strategies.lwf import LwF
-from pall_avalanche.strategies.replay import DERpp, LearningReplayPlugin, ReplayTemplate
-from pall_avalanche.strategies.sequential import Sequential
 
 __all__ = ["DECLARATIONS", "AmnesiacDER", "AmnesiacDERpp", "AmnesiacEWC", "AmnesiacLwF",
            "AmnesiacPlugin", "AmnesiacSequential", "AmnesiacUnlearning"]

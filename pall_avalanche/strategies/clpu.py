@@ -35,7 +35,7 @@ from pall_avalanche.models.multihead import forward_by_task
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
-from pall_avalanche.strategies.keys import BETA, BUFFER_SIZE
+from pall_avalanche.strategies.shared_keys import BETA, BUFFER_SIZE
 
 __all__ = ["DECLARATIONS", "CLPUDERpp", "CLPUNetworks", "PermanentReplayPlugin"]
 

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 
 from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
-from pall_avalanche.strategies.keys import EWC_LAMBDA
+from pall_avalanche.strategies.shared_keys import EWC_LAMBDA
 
 __all__ = ["EWC", "DECLARATIONS", "TaskEWCPlugin", "fisher_diagonal"]
 

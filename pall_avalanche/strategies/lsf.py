@@ -33,13 +33,13 @@ from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.rehearsal import uniform_target
 from pall_avalanche.strategies.ewc import TaskEWCPlugin, check_non_negative
-from pall_avalanche.strategies.keys import (
+from pall_avalanche.strategies.lwf import LwF
+from pall_avalanche.strategies.shared_keys import (
     EWC_LAMBDA,
     LWF_ALPHA,
     LWF_TEMPERATURE,
     N_RETRAIN_ITERS,
 )
-from pall_avalanche.strategies.lwf import LwF
 
 __all__ = ["LSF", "DECLARATIONS"]
 

@@ -38,7 +38,7 @@ from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import check_non_negative
-from pall_avalanche.strategies.keys import LWF_ALPHA, LWF_TEMPERATURE
+from pall_avalanche.strategies.shared_keys import LWF_ALPHA, LWF_TEMPERATURE
 
 __all__ = ["DECLARATIONS", "ActiveTaskLwF", "HeadWarmupTemplate", "LwF", "TaskLwFPlugin",
            "task_logits"]

@@ -40,7 +40,7 @@ from torch import nn
 
 from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet, by_slice, slice_counts
-from pall_avalanche.strategies.keys import MASK_THRESHOLD
+from pall_avalanche.strategies.shared_keys import MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, require_n_tasks
 
 __all__ = ["DECLARATIONS", "PackNet", "magnitude_keep_mask"]

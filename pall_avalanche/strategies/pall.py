@@ -20,7 +20,7 @@ from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import count_parameters
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
-from pall_avalanche.strategies.keys import (
+from pall_avalanche.strategies.shared_keys import (
     ALPHA,
     BETA,
     BUFFER_SELECTION,

@@ -36,7 +36,7 @@ from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
-from pall_avalanche.strategies.keys import BETA, BUFFER_SIZE, N_RETRAIN_ITERS
+from pall_avalanche.strategies.shared_keys import BETA, BUFFER_SIZE, N_RETRAIN_ITERS
 
 __all__ = ["ER", "GEM", "DECLARATIONS", "DERpp", "ERRetraining", "LearningReplayPlugin",
            "ReplayTemplate", "TaskGEMPlugin"]

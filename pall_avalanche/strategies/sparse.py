@@ -38,7 +38,7 @@ from torch import nn
 
 from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet
-from pall_avalanche.strategies.keys import MASK_THRESHOLD
+from pall_avalanche.strategies.shared_keys import MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import (
     SubnetworkStrategy,
     WeightResettingPlugin,

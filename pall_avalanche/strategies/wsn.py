@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from pall_avalanche.catalog.declaration import Method
-from pall_avalanche.strategies.keys import ALPHA, MASK_THRESHOLD
+from pall_avalanche.strategies.shared_keys import ALPHA, MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, WeightResettingPlugin
 
 __all__ = ["DECLARATIONS", "WSN"]
