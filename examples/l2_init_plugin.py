@@ -7,8 +7,8 @@ package:
         --methods l2_init,independent
     python -m pall_avalanche.check_method l2_init --plugin examples/l2_init_plugin.py
 
-- ``l2_init``: fine-tuning with an L2 pull of every weight towards its initial value (its own
-  configuration key ``l2_strength``; ``--set methods.l2_init.l2_strength=0.5``). Unlearning a
+- ``l2_init``: fine-tuning with an L2 pull of every weight towards its initial value (its
+  declared key ``l2_strength``; ``--set l2_strength=0.5``). Unlearning a
   task re-draws its head rows; the shared weights keep what they learned (inexact).
 - ``digits_in_order``: scikit-learn's digits as Avalanche's own ``nc_benchmark`` builds it,
   the classes in numerical order (task t = digits 2t and 2t + 1), each task labelled from 0.
@@ -21,7 +21,7 @@ from avalanche.benchmarks import nc_benchmark
 from sklearn.datasets import load_digits
 from torch.utils.data import TensorDataset
 
-from pall_avalanche import register_benchmark, register_method
+from pall_avalanche import Key, Method, register_benchmark, register_method
 from pall_avalanche.strategies import UnlearningTemplate
 
 
@@ -50,8 +50,8 @@ class L2Init(UnlearningTemplate):
         self.model.head.weight[rows] = head[rows].to(self.model.head.weight.device)
 
 
-register_method("l2_init", L2Init, exact=False, label="L2-init",
-                config={"l2_strength": 0.01}, ranges={"l2_strength": (0.0, None)})
+register_method(Method("l2_init", L2Init, exact=False, label="L2-init", keys={
+    "l2_strength": Key(0.01, "weight of the L2 pull towards the initial weights", low=0)}))
 
 
 class Digits(TensorDataset):

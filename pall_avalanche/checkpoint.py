@@ -52,8 +52,10 @@ __all__ = [
 #: plugin state keyed by the plugin's class, not its position; 4: the request log is kept by
 #: the evaluator's metric only, not also by a plugin of its own; 5: buffers and mnemonic codes
 #: keep their task's classes, any class ids; 6: buffers keep their samples' dataset indices;
-#: 7: plugin state keyed by the class's new module, ``pall_avalanche.rehearsal.memory``).
-CHECKPOINT_FORMAT = 8
+#: 7: plugin state keyed by the class's new module, ``pall_avalanche.rehearsal.memory``; 8: the
+#: permanent tasks and make-permanent requests of the CLPU protocol in the strategy's state;
+#: 9: the request log kept by the strategy's request loop, not by the evaluator's metric).
+CHECKPOINT_FORMAT = 9
 _KIND = "__kind__"
 #: kind → (class, encode to a plain dict, decode from it): types a module of its own teaches
 #: this one to checkpoint (:func:`register_codec`; ``MaskSet`` by :mod:`pall_avalanche.masks`),

@@ -41,12 +41,13 @@ from pall_avalanche.config import (
     with_defaults,
 )
 from pall_avalanche.exit_codes import program_name
-from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES, THRESHOLD_METHODS
+from pall_avalanche.options import AMP_MODES, INPUT_PIPELINES
 from pall_avalanche.requests import InvalidRequestSequence, RequestSequence
 from pall_avalanche.runs.wandb_logging import WandbSettings, add_wandb_arguments
 
-__all__ = ["Parser", "add_run_arguments", "check_device", "config_from_args", "folder_option",
-           "parse_methods", "parse_run_arguments", "run_options", "seed_option"]
+__all__ = ["RUN_FLAG_KEYS", "Parser", "add_run_arguments", "check_device", "config_from_args",
+           "flag_keys", "folder_option", "method_flags", "parse_methods", "parse_run_arguments",
+           "run_options", "seed_option"]
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``prog: error: ...``, exit code 2); its
@@ -58,24 +59,39 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
-# Dedicated flags → configuration keys (sweep agents pass these).
-FLAG_KEYS = {
+# Dedicated flags of run keys → configuration keys (sweep agents pass these).
+RUN_FLAG_KEYS = {
     "n_unlearn": "n_unlearn",
     "epochs": "epochs",
     "data_root": "data_root",
     "train_per_task": "train_per_task",
-    "alpha": "alpha",
-    "n_retrain_iters": "n_retrain_iters",
-    "buffer_size": "buffer_size",
-    "beta": "beta",
     "amp": "amp",
     "channels_last": "channels_last",
     "tf32": "tf32",
     "deterministic": "deterministic",
-    "mask_threshold": "mask_threshold",
     "input_pipeline": "input_pipeline",
     "compile": "compile",
 }
+
+
+def method_flags() -> dict[str, list]:
+    """The method keys with a dedicated flag (declared with ``flag=True``), each with its
+    declarations and the labels of the methods that declare it (variants left out), in the
+    catalog's order."""
+    out: dict[str, list] = {}
+    for info in METHOD_INFO.values():
+        for key, spec in info.keys.items():
+            if spec.flag:
+                entry = out.setdefault(key, [spec, []])
+                if not info.settings:
+                    entry[1].append(info.label)
+    return out
+
+
+def flag_keys() -> dict[str, str]:
+    """Every dedicated flag (its ``argparse`` destination) → the configuration key it sets:
+    the run keys' and the method keys' (:func:`method_flags`)."""
+    return {**RUN_FLAG_KEYS, **{key: key for key in method_flags()}}
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> None:
@@ -109,15 +125,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                              "notation after 'clpu:' ('clpu:R0 T1 T2 R1 F2'), or a JSON file of "
                              '[{"kind": "learn"|"unlearn"|"make_permanent", "task": t}, ...]')
     parser.add_argument("--epochs", type=int, help="epochs per learning request")
-    parser.add_argument("--alpha", type=float,
-                        help="α, per-layer connectivity of a task subnetwork (PALL, WSN)")
-    parser.add_argument("--n-retrain-iters", type=int,
-                        help="N_f, retraining iterations after an unlearning request (PALL and "
-                             "the replay baselines)")
-    parser.add_argument("--buffer-size", type=int,
-                        help="total episodic memory, split over the tasks (PALL, ER, DER++, GEM)")
-    parser.add_argument("--beta", type=float,
-                        help="β, weight of the logit-MSE rehearsal term (PALL, DER++)")
+    for key, (spec, labels) in method_flags().items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=spec.kind,
+                            choices=spec.choices or None,
+                            help=f"{spec.meaning} ({', '.join(labels)}; default "
+                                 f"{spec.default})")
     parser.add_argument("--amp", choices=AMP_MODES,
                         help="bfloat16 autocast for the training forward passes (recorded in "
                              "the configuration as amp)")
@@ -130,12 +142,6 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="deterministic algorithms only, so a GPU run repeats bit for "
                              "bit; an operation without a deterministic kernel stops the run "
                              "with one line naming it (recorded as deterministic)")
-    parser.add_argument("--mask-threshold",
-                        choices=THRESHOLD_METHODS,
-                        help="how subnetwork methods find each layer's mask threshold: the "
-                             "same masks every way, only the speed differs (default auto: "
-                             "numpy.partition on CPU, torch.topk on a GPU; compare them with "
-                             "pall-perf-masking --device cuda --table)")
     parser.add_argument("--compile", action="store_const", const=True,
                         help="torch.compile the backbone (a GPU speed option; the masked "
                              "forward compiles; recorded as compile)")
@@ -327,7 +333,7 @@ def config_from_args(args: argparse.Namespace, config_dir: Path = CONFIG_DIR
     else:
         config = with_defaults(load_config(args.config), args.benchmark, config_dir)
     overrides = []
-    for flag, key in FLAG_KEYS.items():
+    for flag, key in flag_keys().items():
         value = getattr(args, flag, None)
         if value is not None:
             check_setting(key, value, f"--{flag.replace('_', '-')} {value}")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from pall_avalanche.catalog import METHOD_INFO
+from pall_avalanche.config import resolve_method_config
 from pall_avalanche.rehearsal.memory import BufferStack
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.build import build_run
@@ -32,7 +33,7 @@ FAST_CONFIG = {
 #: variants (tests/audit/test_leaky.py).
 BUILT_IN_METHODS = [m for m, info in METHOD_INFO.items()
                     if info.where.startswith("pall_avalanche.")
-                    and not info.where.startswith("pall_avalanche.audit.")]
+                    and not info.where.startswith("pall_avalanche.strategies.leaky:")]
 
 #: The methods two per-method tests run in the default suite; the others run them with
 #: ``-m slow``. In the default suite every method still resumes a stopped run bit for bit (the
@@ -40,6 +41,13 @@ BUILT_IN_METHODS = [m for m, info in METHOD_INFO.items()
 #: and unlearned, replayed samples through their own task); what the slow suite adds for them
 #: is a killed run's checkpoint contents and heads grown to tasks of 4, 2, 2, 2 classes.
 DEFAULT_SUITE_METHODS = ("pall", "derpp", "clpu_derpp")
+
+
+def method_kwargs(method: str, config: dict) -> dict:
+    """The keyword arguments of ``method``'s strategy for its declared keys, as a run resolves
+    them from ``config``."""
+    resolved = resolve_method_config(config, method)
+    return {k: resolved[k] for k in METHOD_INFO[method].keys}
 
 
 def default_suite_subset(methods) -> list:

@@ -21,7 +21,7 @@ from avalanche.benchmarks import nc_benchmark
 from helpers import FAST_CONFIG, benchmark_script
 from sklearn.datasets import load_digits
 
-from pall_avalanche import register_method, register_model
+from pall_avalanche import Key, Method, register_method, register_model
 from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO
 from pall_avalanche.config import check_setting, resolve_method_config
 from pall_avalanche.data import build_benchmark, check_benchmark
@@ -81,12 +81,15 @@ def test_a_methods_own_key_reaches_its_strategy_with_its_default_and_its_overrid
 
 @pytest.mark.parametrize("setting, message", [
     ("methods.l2_init.l2_strength=abc",
-     r"--set methods.l2_init.l2_strength=abc: l2_strength \(L2-init's own key, default 0.01\) "
-     r"must be a number in \[0, inf\], got 'abc'"),
-    ("methods.l2_init.l2_strength=-1", r"must be in \[0, inf\], got -1"),
-    ("l2_strength=0.5", r"--set l2_strength=0.5: 'l2_strength' is an own key of method "
-                        r"'l2_init'; set it as methods.l2_init.l2_strength=VALUE"),
-    ("methods.sequential.l2_strength=0.5", r"'l2_strength' is an own key of method 'l2_init'"),
+     r"--set methods.l2_init.l2_strength=abc: l2_strength \(weight of the L2 pull towards the "
+     r"initial weights\) "
+     r"must be a number >= 0, got 'abc'"),
+    ("methods.l2_init.l2_strength=-1", r"must be >= 0, got -1"),
+    ("l2_strength=-0.5", r"--set l2_strength=-0.5: l2_strength \(weight of the L2 pull towards "
+                         r"the initial weights\) must be >= 0, got -0.5"),
+    ("methods.sequential.l2_strength=0.5", r"--set methods.sequential.l2_strength=0.5: method "
+                                           r"'sequential' takes no key 'l2_strength' \(methods "
+                                           r"that do: l2_init\); its keys: none"),
 ])
 def test_a_bad_own_key_is_refused_in_one_line_like_a_built_in_key(tmp_path, capsys, setting,
                                                                     message):
@@ -101,8 +104,8 @@ def test_a_bad_own_key_is_refused_in_one_line_like_a_built_in_key(tmp_path, caps
 @pytest.mark.parametrize("content, message", [
     ("import no_such_module_anywhere\n",
      r"--plugin .*bad\.py: ModuleNotFoundError: No module named 'no_such_module_anywhere'"),
-    ("from pall_avalanche import register_method\n"
-     "register_method('pall', 'x.y:Z', exact=True)\n",
+    ("from pall_avalanche import Method, register_method\n"
+     "register_method(Method('pall', 'x.y:Z', exact=True))\n",
      r"--plugin .*bad\.py: ValueError: method 'pall' is already registered "
      r"\(pall_avalanche.strategies.pall:PALL\); pick another name"),
     ("def broken(:\n", r"--plugin .*bad\.py: SyntaxError"),
@@ -185,9 +188,10 @@ def test_an_installed_packages_entry_point_is_loaded(tmp_path):
     # a real installed distribution (a dist-info on the path), no mock of importlib.metadata
     (tmp_path / "my_methods").mkdir()
     (tmp_path / "my_methods" / "__init__.py").write_text(textwrap.dedent("""
-        from pall_avalanche import register_method
-        register_method("from_entry_point", "pall_avalanche.strategies.sequential:Sequential",
-                        exact=False, label="Entry point")
+        from pall_avalanche import Method, register_method
+        register_method(Method("from_entry_point",
+                               "pall_avalanche.strategies.sequential:Sequential",
+                               exact=False, label="Entry point"))
     """))
     info = tmp_path / "my_methods-1.2.dist-info"
     info.mkdir()
@@ -220,20 +224,25 @@ def test_a_registered_model_is_built_by_name():
 
 
 def test_registration_refuses_what_it_cannot_use():
-    with pytest.raises(ValueError, match=r"config\['k'\] = \[1\] must be a bool, int, float or "
-                                         r"str"):
-        register_method("bad_default", "x:Y", exact=False, config={"k": [1]})
-    with pytest.raises(ValueError, match=r"ranges\['k'\] needs a numeric default"):
-        register_method("bad_range", "x:Y", exact=False, config={"k": "a"}, ranges={"k": (0, 1)})
-    with pytest.raises(ValueError, match=r"config key 'device' is a strategy argument"):
-        register_method("bad_key", "x:Y", exact=False, config={"device": "cpu"})
-    with pytest.raises(ValueError, match=r"ranges\['k'\] must be \(low, high\), numbers or "
-                                         r"None, got \('a', None\)"):
-        register_method("bad_bound", "x:Y", exact=False, config={"k": 1.0},
-                        ranges={"k": ("a", None)})
-    with pytest.raises(ValueError, match=r"config\['k'\] = 5.0 lies outside its range \(0, 1\)"):
-        register_method("bad_start", "x:Y", exact=False, config={"k": 5.0}, ranges={"k": (0, 1)})
-    assert not {"bad_default", "bad_range", "bad_key", "bad_bound", "bad_start"} & set(METHOD_INFO)
+    with pytest.raises(ValueError, match=r"a key's kind must be one of bool, int, float, str; "
+                                         r"got <class 'list'> \(default \[1\]\)"):
+        Key([1], "a list")
+    with pytest.raises(ValueError, match=r"bounds need a numeric key; this one is str"):
+        Key("a", "a string", low=0, high=1)
+    with pytest.raises(ValueError, match=r"default 5.0: must be a number in \[0, 1\]"):
+        Key(5.0, "outside its range", low=0, high=1)
+    with pytest.raises(ValueError, match=r"a key whose default is None needs its kind"):
+        Key(None, "no kind", nullable=True)
+    with pytest.raises(ValueError, match=r"method 'bad_setting': settings\['k'\] = -1.0 must "
+                                         r"be a number >= 0"):
+        Method("bad_setting", "x:Y", exact=False, keys={"k": Key(1.0, "k", low=0)},
+               settings={"k": -1.0})
+    with pytest.raises(ValueError, match=r"key 'device' is a strategy argument"):
+        register_method(Method("bad_key", "x:Y", exact=False, keys={"device": Key("cpu", "d")}))
+    with pytest.raises(ValueError, match=r"register_method takes a pall_avalanche.catalog.Method "
+                                         r"declaration, got 'bad_form'"):
+        register_method("bad_form")
+    assert not {"bad_setting", "bad_key", "bad_form"} & set(METHOD_INFO)
 
 
 def test_run_experiments_takes_an_avalanche_benchmark_object(tmp_path):
@@ -274,10 +283,11 @@ def test_a_config_file_takes_what_it_leaves_out_from_its_benchmark_per_method_to
     assert config["epochs"] == 1 and config["batch_size"] == shipped["batch_size"]
     assert check_run_config(config, "er")["lr"] == 0.002                 # the file's own
     assert check_run_config(config, "derpp")["lr"] == shipped["methods"]["derpp"]["lr"]
-    gem = check_run_config(config, "gem")                               # only under methods:
-    assert gem["memory_strength"] == shipped["methods"]["gem"]["memory_strength"]
-    with pytest.raises(ValueError, match=r"the configuration of 'gem' lacks memory_strength"):
-        check_run_config({k: v for k, v in config.items() if k != "methods"}, "gem")
+    # a key nobody sets is at the method's declared default, with or without a methods: entry
+    default = METHOD_INFO["gem"].keys["memory_strength"].default
+    assert check_run_config(config, "gem")["memory_strength"] == default
+    bare = {k: v for k, v in config.items() if k != "methods"}
+    assert check_run_config(bare, "gem")["memory_strength"] == default
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("benchmark: nowhere\n")
     args.config = unknown

@@ -37,7 +37,7 @@ def test_every_catalog_entry_loads_and_agrees_with_its_code():
 
 
 def test_a_strategy_class_registered_as_an_object_gets_its_size_from_its_class():
-    from pall_avalanche.catalog import register_method
+    from pall_avalanche.catalog import Method, register_method
     from pall_avalanche.strategies import Independent, SubnetworkStrategy
 
     class OwnSubnetwork(SubnetworkStrategy):
@@ -47,7 +47,7 @@ def test_a_strategy_class_registered_as_an_object_gets_its_size_from_its_class()
         pass
 
     try:
-        sizes = [register_method(f"_size_probe_{i}", cls, exact=False).size
+        sizes = [register_method(Method(f"_size_probe_{i}", cls, exact=False)).size
                  for i, cls in enumerate((OwnSubnetwork, OwnIndependent))]
     finally:
         for i in range(2):

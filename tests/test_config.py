@@ -51,13 +51,13 @@ def test_for_benchmark_reads_a_shipped_file_or_completes_a_registered_benchmark(
 
 
 def test_a_configuration_file_takes_what_it_leaves_out_from_its_benchmark():
-    mine = {"epochs": 2, "methods": {"gem": {"lr": 0.5}}}
+    mine = {"epochs": 2, "methods": {"gem": {"memory_strength": 0.7}, "er": {"lr": 0.5}}}
     whole = with_defaults(mine, "cifar10")
     assert whole["epochs"] == 2 and whole["batch_size"] == for_benchmark("cifar10")["batch_size"]
     # per method, the file's keys win and the benchmark's other keys stay (cifar10.yaml: gem
-    # has lr 0.001 and memory_strength 0.5)
-    assert whole["methods"]["gem"] == {"lr": 0.5, "memory_strength": 0.5}
-    assert whole["methods"]["er"] == {"lr": 0.001}
+    # and er have lr 0.001)
+    assert whole["methods"]["gem"] == {"lr": 0.001, "memory_strength": 0.7}
+    assert whole["methods"]["er"] == {"lr": 0.5}
 
 
 def test_a_buffer_smaller_than_a_task_s_classes_is_refused_with_the_smallest_valid_size():

@@ -9,9 +9,9 @@ from helpers import FAST_CONFIG, make_strategy, seq, snapshot
 
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.requests import (
-    LEARN,
     InvalidRequestSequence,
     Request,
+    RequestKind,
     RequestSequence,
     generate_requests,
 )
@@ -94,7 +94,8 @@ def test_unlearnable_age_only_narrows_the_reference_draws(seed):
                 assert ("make_permanent", t) not in position
             elif t + age < 5:                     # permanent when task t + age starts: right
                 at = position[("make_permanent", t)]   # before its learning request, after
-                assert requests[at + 1] == Request(LEARN, t + age)   # the unlearning ones
+                assert requests[at + 1] == Request(RequestKind.LEARN,        # the unlearning
+                                                   t + age)                  # ones
                 assert not requests[at - 1].is_learn or requests[at - 1].task == t + age - 1
             else:
                 assert ("make_permanent", t) not in position

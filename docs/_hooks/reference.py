@@ -206,27 +206,44 @@ def _value(value: Any) -> str:
 
 
 def config_keys_markdown() -> str:
-    """Every configuration key (type, valid values, meaning, flag), then its value in every
-    shipped configuration (``for_benchmark``: what ``--benchmark NAME`` starts from)."""
-    from pall_avalanche.cli import FLAG_KEYS
+    """The run keys (type, valid values, meaning, flag), the keys the methods declare (with
+    their defaults), then what every shipped configuration sets (``for_benchmark``: what
+    ``--benchmark NAME`` starts from)."""
+    from pall_avalanche.catalog import METHOD_INFO
+    from pall_avalanche.cli import flag_keys
     from pall_avalanche.config import CONFIG_DIR, CONFIG_KEYS, REQUIRED_KEYS, for_benchmark
 
-    flags = {key: flag for flag, key in FLAG_KEYS.items()}
+    flags = {key: flag for flag, key in flag_keys().items()}
+
+    def flag(key: str) -> str:
+        return f"`--{flags[key].replace('_', '-')}`" if key in flags else ""
+
     rows = ["| key | type | valid values | meaning | flag |", "|---|---|---|---|---|"]
     for key, spec in CONFIG_KEYS.items():
         name = f"`{key}`" + (" (required)" if key in REQUIRED_KEYS else "")
-        flag = f"`--{flags[key].replace('_', '-')}`" if key in flags else ""
         rows.append(f"| {name} | {_type_name(spec)} | {_cell(spec.what) or 'any'} | "
-                    f"{_cell(spec.meaning)} | {flag} |")
+                    f"{_cell(spec.meaning)} | {flag(key)} |")
+    declared: dict[tuple, list[str]] = {}
+    for method, info in METHOD_INFO.items():
+        for key, spec in info.keys.items():
+            declared.setdefault((key, spec), []).append(method)
+    keys = ["| key | methods | type | valid values | default | meaning | flag |",
+            "|---|---|---|---|---|---|---|"]
+    for (key, spec), methods in sorted(declared.items(), key=lambda item: item[0][0]):
+        keys.append(f"| `{key}` | {', '.join(f'`{m}`' for m in methods)} | "
+                    f"{_type_name(spec)} | {_cell(spec.bounds) or 'any'} | "
+                    f"{_value(spec.default)} | {_cell(spec.meaning)} | {flag(key)} |")
     names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     configs = {name: for_benchmark(name) for name in names}
-    defaults = ["| key | " + " | ".join(f"`{n}`" for n in names) + " |",
-                "|---|" + "---|" * len(names)]
-    for key in CONFIG_KEYS:
+    set_keys = [*CONFIG_KEYS, *sorted({k for c in configs.values() for k in c
+                                        if k not in CONFIG_KEYS})]
+    values = ["| key | " + " | ".join(f"`{n}`" for n in names) + " |",
+              "|---|" + "---|" * len(names)]
+    for key in set_keys:
         if key == "methods":
             continue
         cells = [_value(c[key]) if key in c else "—" for c in configs.values()]
-        defaults.append(f"| `{key}` | " + " | ".join(_cell(c) for c in cells) + " |")
+        values.append(f"| `{key}` | " + " | ".join(_cell(c) for c in cells) + " |")
     methods = sorted({m for c in configs.values() for m in c.get("methods", {})})
     per_method = ["| method | " + " | ".join(f"`{n}`" for n in names) + " |",
                   "|---|" + "---|" * len(names)]
@@ -235,12 +252,19 @@ def config_keys_markdown() -> str:
                  else "—" for c in configs.values()]
         per_method.append(f"| `{method}` | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join([
-        "## Keys", "", *rows, "",
+        "## Run keys", "", *rows, "",
+        "## Method keys", "",
+        "Each method declares its keys next to its strategy class; a configuration's "
+        "`KEY: VALUE` sets the key for every method that declares it, "
+        "`methods.METHOD.KEY` for one. A variant's settings (below, *Registered methods*) "
+        "win over the first.", "", *keys, "",
         "## Values in the shipped configurations", "",
         "What `--benchmark NAME` starts from (`pall_avalanche/configs/NAME.yaml`, with the "
-        "keys it leaves out from `digits.yaml`; — : not set).", "", *defaults, "",
+        "keys it leaves out from `digits.yaml`; — : not set, so a method key is at its "
+        "default). A shipped file sets a method key only where the benchmark's value differs "
+        "from the default, with the reason beside it.", "", *values, "",
         "### Per-method entries (`methods:`)", "",
-        "These override the global keys for one method (`--set methods.METHOD.KEY=VALUE`).",
+        "These override the other values for one method (`--set methods.METHOD.KEY=VALUE`).",
         "", *per_method, ""])
 
 
@@ -248,25 +272,17 @@ def catalog_markdown() -> str:
     """The registered methods, benchmarks and models (``pall_avalanche.catalog``)."""
     from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO, MODEL_INFO
     from pall_avalanche.cli import METHOD_GROUPS
-    from pall_avalanche.config import method_keys
 
     groups = {m: [g for g, members in METHOD_GROUPS.items() if m in members]
               for m in METHOD_INFO}
-    methods = ["| name | label | exact | Table 1 size | keys it takes | groups | code |",
-               "|---|---|---|---|---|---|---|"]
-    variants = ["| method | sets | own key (type, valid values) |", "|---|---|---|"]
+    methods = ["| name | label | exact | Table 1 size | keys it takes | settings | groups | "
+               "code |", "|---|---|---|---|---|---|---|---|"]
     for name, info in METHOD_INFO.items():
-        keys = ", ".join(f"`{k}`" for k in (*info.params, *info.optional))
+        keys = ", ".join(f"`{k}`" for k in info.keys)
+        settings = "; ".join(f"`{k}`: {_value(v)}" for k, v in info.settings.items())
         methods.append(f"| `{name}` | {_cell(info.label)} | {'yes' if info.exact else 'no'} | "
-                       f"{_cell(info.size)} | {keys} | "
+                       f"{_cell(info.size)} | {keys} | {_cell(settings)} | "
                        f"{', '.join(f'`{g}`' for g in groups[name])} | `{info.where}` |")
-        if info.config:
-            own = method_keys(name)
-            sets = "; ".join(f"`{k}`: {_value(v)}" for k, v in info.config.items()
-                             if k not in own)
-            owns = "; ".join(f"`{k}` ({s.kind.__name__}, {s.what or 'any'}) = "
-                             f"{_value(info.config[k])}" for k, s in own.items())
-            variants.append(f"| `{name}` | {_cell(sets)} | {_cell(owns)} |")
     benchmarks = ["| name | classes | default T | valid T | code |", "|---|---|---|---|---|"]
     benchmarks += [f"| `{n}` | {b.n_classes} | {b.default_n_tasks} | "
                    f"{', '.join(map(str, b.valid_n_tasks()))} | `{b.where}` |"
@@ -276,10 +292,8 @@ def catalog_markdown() -> str:
     return "\n".join([
         "### Registered methods", "",
         "`--methods` takes these names and the groups `"
-        + "`, `".join(METHOD_GROUPS) + "`.", "", *methods, "",
-        "### Variants and own keys", "",
-        "A method's registered `config`: known keys it sets for itself (a variant), and its "
-        "own keys (`--set methods.METHOD.KEY=VALUE`).", "", *variants, "",
+        + "`, `".join(METHOD_GROUPS) + "`. A variant's settings win over a configuration's "
+        "values for every method; `methods.METHOD.KEY` changes them.", "", *methods, "",
         "### Registered benchmarks", "", *benchmarks, "",
         "### Registered models", "", *models, ""])
 

@@ -1,6 +1,6 @@
 """Exactness audit: could an adversary tell that task t was learned and then unlearned?
 
-The experiments and their rooms:
+The experiments and their modules:
 
 - :mod:`~pall_avalanche.audit.oracle` — Eq. 1: per seed, the unlearned model against an oracle
   that never learned t and a reference oracle; the distinguisher's permutation test, JS and
@@ -11,7 +11,7 @@ The experiments and their rooms:
   oracles, KLoM per example and the retained-set exposure
   (:mod:`~pall_avalanche.audit.exposure`);
 - :mod:`~pall_avalanche.audit.probes` — what rides along those runs (the records' contents);
-- :mod:`~pall_avalanche.audit.leaky` — the calibration instruments: a positive control whose
+- :mod:`~pall_avalanche.strategies.leaky` — the calibration instruments: a positive control whose
   unlearning changes nothing and PALL variants that leak a known amount (dose-response);
 - :mod:`~pall_avalanche.audit.permutation` — the calibrated tests (permutation nulls, Holm);
 - :mod:`~pall_avalanche.audit.summary` and :mod:`~pall_avalanche.audit.verdict` — one line
@@ -28,7 +28,7 @@ different training randomness (``train_seed``).
 
 from pall_avalanche.catalog.registration import lazy_names
 
-#: public name → the submodule defining it (loaded on first use: the torch-free rooms,
+#: public name → the submodule defining it (loaded on first use: the torch-free modules,
 #: :mod:`~pall_avalanche.audit.protocol` above all, import without torch)
 _WHERE = {
     "AUDIT_REQUESTS": "protocol",
@@ -47,7 +47,6 @@ _WHERE = {
     "membership_aucs": "statistics",
     "model_features": "statistics",
     "roc_auc": "statistics",
-    "t_interval": "statistics",
 }
 
 __all__ = sorted(_WHERE)

@@ -14,7 +14,8 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pall_avalanche.audit.permutation import log_normal, row_aucs
-from pall_avalanche.audit.statistics import roc_auc, t_interval
+from pall_avalanche.audit.statistics import roc_auc
+from pall_avalanche.evaluation.metrics import t_interval
 
 __all__ = ["attack_summary", "confidence_features", "lira_scores", "logit_confidence",
            "relearning_gap", "roc_curve", "steps_to_threshold", "tpr_at_fpr"]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pall_avalanche.audit.permutation import paired_kl_test, row_aucs
-from pall_avalanche.audit.statistics import t_interval
+from pall_avalanche.evaluation.metrics import t_interval
 
 __all__ = ["KLOM_GROUPS", "klom_figures", "retained_figures"]
 

@@ -15,15 +15,10 @@ from pall_avalanche.audit.attacks import relearning_gap
 from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test
 from pall_avalanche.audit.probes import AuditProbe
 from pall_avalanche.audit.protocol import REFERENCE_SEED_OFFSET
-from pall_avalanche.audit.statistics import (
-    mean_js,
-    membership_aucs,
-    model_features,
-    t_interval,
-)
+from pall_avalanche.audit.statistics import mean_js, membership_aucs, model_features
 from pall_avalanche.audit.twins import run_sharing_twins
-from pall_avalanche.evaluation.metrics import relapse_summary
-from pall_avalanche.requests import RequestSequence
+from pall_avalanche.evaluation.metrics import relapse_summary, t_interval
+from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
@@ -113,7 +108,7 @@ def not_learned(records: Iterable[Mapping[str, Any]]) -> int:
     learning it (its learning check failed)."""
     count = 0
     for record in records:
-        task = next(r["task"] for r in record["requests"] if r["kind"] == "unlearn")
+        task = next(r["task"] for r in record["requests"] if r["kind"] == RequestKind.UNLEARN)
         count += any(c["failed"] for c in record["learning_checks"] if c["task"] == task)
     return count
 
@@ -153,18 +148,18 @@ def oracle_rows(requests: RequestSequence | Sequence) -> list[tuple[int, int, li
     task (:func:`oracle_sequence`): its rows are R's rows of the requests it keeps, and a row
     of R is aligned with the row of the last kept request at or before it."""
     requests = list(requests)
-    removed = {int(r.task) for r in requests if r.kind == "unlearn"}
+    removed = {int(r.task) for r in requests if r.kind == RequestKind.UNLEARN}
     kept = [j for j, r in enumerate(requests) if int(r.task) not in removed]
     position = {j: k for k, j in enumerate(kept)}
     out = []
     for i, r in enumerate(requests):
-        if r.kind != "unlearn":
+        if r.kind != RequestKind.UNLEARN:
             continue
         task = int(r.task)
         aligned = [position[j] for j in kept if j <= i]
         later = []
         for j in range(i + 1, len(requests)):
-            if requests[j].kind == "learn" and int(requests[j].task) == task:
+            if requests[j].kind == RequestKind.LEARN and int(requests[j].task) == task:
                 break
             if j in position:
                 later.append(position[j])

@@ -9,6 +9,7 @@ import torch
 
 from pall_avalanche.core import RequestResult
 from pall_avalanche.masks import SubnetworkNet
+from pall_avalanche.requests import RequestKind
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
 __all__ = ["ProvenanceTracker"]
@@ -84,7 +85,7 @@ class ProvenanceTracker(UnlearningPlugin):
 
     def after_request(self, strategy, result: RequestResult, **kwargs) -> None:
         """Book the request once it is over (the template's ``after_request``)."""
-        if result.kind == "learn":
+        if result.kind == RequestKind.LEARN:
             self._learned(strategy, result.task)
         else:
             self._unlearned(strategy, result.task)

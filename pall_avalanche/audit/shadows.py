@@ -51,7 +51,7 @@ from pall_avalanche.audit.permutation import (
 )
 from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.audit.twins import run_sharing_twins
-from pall_avalanche.requests import RequestSequence
+from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
@@ -115,7 +115,7 @@ def attacked_heads(record: Mapping[str, Any]) -> list[int]:
     """The heads the attack reads, from a record of the audited sequence R: the audited
     task's and those of the tasks R learns after it."""
     task = record["probe"]["task"]
-    order = [r["task"] for r in record["requests"] if r["kind"] == "learn"]
+    order = [r["task"] for r in record["requests"] if r["kind"] == RequestKind.LEARN]
     return [task, *order[order.index(task) + 1:]]
 
 

@@ -3,7 +3,6 @@ the summary features of a model's outputs (Eq. 1) and the membership attacks of 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from pall_avalanche.audit.protocol import N_FOLDS
 
 __all__ = ["N_FOLDS", "distinguisher_scores", "head_probabilities", "js_divergence", "mean_js",
-           "membership_aucs", "model_features", "roc_auc", "t_interval"]
+           "membership_aucs", "model_features", "roc_auc"]
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -53,21 +52,6 @@ def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
         raise ValueError(f"labels must be 0/1 with both classes present, got {labels.tolist()}")
     ranks = stats.rankdata(scores)
     return float((ranks[labels == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t confidence interval of the mean.
-
-    :param values: one value per seed (at least two).
-    :param level: confidence level.
-    """
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        raise ValueError(f"a t-interval needs at least 2 values, got {len(values)}")
-    mean = float(values.mean())
-    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)
-                 * values.std(ddof=1) / math.sqrt(len(values)))
-    return mean, mean - half, mean + half
 
 
 # ------------------------------------------------------------------------- features

@@ -1,14 +1,14 @@
 """Runs the leaky PALL variants share with PALL: a variant differs from PALL in unlearning
 only, so its runs on a sequence without unlearning requests (the oracle roles) are PALL's,
-run once (:mod:`pall_avalanche.audit.leaky`)."""
+run once (:mod:`pall_avalanche.strategies.leaky`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pall_avalanche.audit.leaky import LeakyPALL
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.strategies.leaky import LeakyPALL
 
 __all__ = ["oracle_twin", "run_sharing_twins", "runs_needed"]
 
@@ -21,7 +21,8 @@ def oracle_twin(spec: RunSpec) -> RunSpec:
     info = METHOD_INFO[spec.method]
     if info.where != f"{LeakyPALL.__module__}:{LeakyPALL.__name__}":
         return spec
-    config = {k: v for k, v in spec.config.items() if k not in info.config}
+    pall = METHOD_INFO["pall"].keys
+    config = {k: v for k, v in spec.config.items() if k in pall or k not in info.keys}
     return RunSpec("pall", spec.seed, config, spec.requests, spec.train_seed, spec.modules)
 
 

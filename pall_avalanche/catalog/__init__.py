@@ -1,20 +1,26 @@
-"""The one catalog of methods, benchmarks and models — built-in ones and a user's — and what
-the command line, the configuration checks and the reports know about them, without importing
+"""The catalog of methods, benchmarks and models — built-in ones and a user's — and what the
+command line, the configuration checks and the reports know about them, without importing
 torch or Avalanche.
 
-A method, a benchmark or a model is registered once, next to its definition, with
-:func:`register_method`, :func:`register_benchmark` or :func:`register_model` (also importable
-as ``from pall_avalanche import register_method, ...``). The entry names its code either as the
-object itself or as an import path ``"package.module:attribute"`` that is loaded only when a run
-needs it (:func:`load`): the built-in entries below are import paths, so parsing arguments,
-refusing bad input, ``--help``, reading records and writing reports import neither torch nor
-Avalanche and take a fraction of a second. A user's plugin (``--plugin FILE``, the
-``pall_avalanche.extensions`` entry points: :mod:`pall_avalanche.extensions`) calls the same
-functions; ``tests/test_startup.py`` checks that every built-in entry loads.
+A method is declared once, next to its strategy class: a :class:`Method` (its name, label,
+exactness and :class:`Key` hyper-parameters) in the ``DECLARATIONS`` tuple of its module. The
+built-in declarations reach the catalog through a manifest generated from those tuples
+(:data:`MANIFEST`), so parsing arguments, refusing bad input, ``--help``, reading records and
+writing reports import neither torch nor Avalanche and take a fraction of a second; a user's
+extension (``--plugin FILE``, the ``pall_avalanche.extensions`` entry points:
+:mod:`pall_avalanche.extensions`) passes its declaration to :func:`register_method`.
+Benchmarks and models are registered with :func:`register_benchmark` and
+:func:`register_model`, naming their code as the object itself or as an import path
+``"package.module:attribute"`` loaded only when a run needs it (:func:`load`);
+``tests/test_startup.py`` checks that every built-in entry loads.
 """
 
 from __future__ import annotations
 
+import json
+from importlib.resources import files
+
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.catalog.registration import (
     BENCHMARK_INFO,
     CLPU_SIZE,
@@ -26,7 +32,6 @@ from pall_avalanche.catalog.registration import (
     MODEL_INFO,
     SUBNETWORK_SIZE,
     BenchmarkInfo,
-    MethodInfo,
     ModelInfo,
     load,
     method_label,
@@ -46,6 +51,7 @@ __all__ = [
     "FIELD_METHODS",
     "HYPERNETWORK_SIZE",
     "INDEPENDENT_SIZE",
+    "MANIFEST",
     "METHOD_INFO",
     "MODEL_INFO",
     "PAPER_BENCHMARKS",
@@ -53,7 +59,8 @@ __all__ = [
     "TABLE1_ALPHAS",
     "TABLE1_METHODS",
     "BenchmarkInfo",
-    "MethodInfo",
+    "Key",
+    "Method",
     "ModelInfo",
     "load",
     "method_label",
@@ -62,79 +69,12 @@ __all__ = [
     "register_model",
 ]
 
-_PALL = ("alpha", "n_retrain_iters", "beta", "buffer_size", "buffer_selection")
-_PALL_OPTIONS = ("strict_cascade", "retrain_tokens")
-_STRATEGIES = "pall_avalanche.strategies"
-register_method("sequential", f"{_STRATEGIES}.sequential:Sequential", exact=False,
-                label="Sequential")
-register_method("independent", f"{_STRATEGIES}.independent:Independent", exact=True,
-                label="Independent", size=INDEPENDENT_SIZE)
-register_method("pall", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL", params=_PALL,
-                optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE)
-# Strict PALL variants for the exactness audit (docs/fidelity.md; docs/explanation/audit.md).
-register_method("pall_beta0", f"{_STRATEGIES}.pall:PALL", exact=True, label="PALL (β=0)",
-                params=_PALL, optional=_PALL_OPTIONS, config={"beta": 0.0},
-                size=SUBNETWORK_SIZE)
-register_method("pall_strict", f"{_STRATEGIES}.pall:PALL", exact=True,
-                label="PALL (β=0, cascade)", params=_PALL, optional=_PALL_OPTIONS,
-                config={"beta": 0.0, "strict_cascade": True}, size=SUBNETWORK_SIZE)
-register_method("pall_frozen_tokens", f"{_STRATEGIES}.pall:PALL", exact=True,
-                label="PALL (frozen tokens)", params=_PALL, optional=_PALL_OPTIONS,
-                config={"retrain_tokens": False}, size=SUBNETWORK_SIZE)
-register_method("er", f"{_STRATEGIES}.replay:ER", exact=False, label="ER",
-                params=("buffer_size", "n_retrain_iters"))
-register_method("derpp", f"{_STRATEGIES}.replay:DERpp", exact=False, label="DER++",
-                params=("buffer_size", "n_retrain_iters", "beta"))
-register_method("gem", f"{_STRATEGIES}.replay:GEM", exact=False, label="GEM",
-                params=("buffer_size", "n_retrain_iters", "memory_strength"))
-register_method("er_retrain", f"{_STRATEGIES}.replay:ERRetraining", exact=True,
-                label="ER (Retraining)", params=("buffer_size", "retrain_epochs"))
-register_method("ewc", f"{_STRATEGIES}.ewc:EWC", exact=False, label="EWC",
-                params=("ewc_lambda",))
-register_method("lwf", f"{_STRATEGIES}.lwf:LwF", exact=False, label="LwF",
-                params=("lwf_alpha", "lwf_temperature"))
-register_method("lsf", f"{_STRATEGIES}.lsf:LSF", exact=False, label="LSF",
-                params=("ewc_lambda", "lwf_alpha", "lwf_temperature", "lsf_gamma",
-                        "n_retrain_iters"))
-register_method("packnet", f"{_STRATEGIES}.packnet:PackNet", exact=False, label="PackNet",
-                size=SUBNETWORK_SIZE)
-register_method("wsn", f"{_STRATEGIES}.wsn:WSN", exact=False, label="WSN", params=("alpha",),
-                size=SUBNETWORK_SIZE)
-register_method("static_sparse", f"{_STRATEGIES}.sparse:StaticSparse", exact=True,
-                label="Static sparse (Ind.)", size=SUBNETWORK_SIZE)
-register_method("dynamic_sparse", f"{_STRATEGIES}.sparse:DynamicSparse", exact=True,
-                label="Dynamic sparse (Ind.)", size=SUBNETWORK_SIZE)
+#: The built-in methods' declarations, generated from the ``DECLARATIONS`` of each strategy module
+#: (``python -m pall_avalanche.strategies.manifest``; a test checks it is current).
+MANIFEST = "methods.json"
+for _entry in json.loads((files(__name__) / MANIFEST).read_text(encoding="utf-8"))["methods"]:
+    register_method(Method.from_json(_entry))
 
-# The continual-unlearning field beyond the paper (benchmarks/table_field.py; docs/fidelity.md,
-# "The field"): CLPU-DER++, Amnesiac update deletion over five learners, HAT and its
-# Amnesiac unlearning, UnCLe.
-register_method("clpu_derpp", f"{_STRATEGIES}.clpu:CLPUDERpp", exact=True, label="CLPU-DER++",
-                params=("buffer_size", "beta"), size=CLPU_SIZE)
-register_method("amnesiac_sequential", f"{_STRATEGIES}.amnesiac:AmnesiacSequential",
-                exact=False, label="Amnesiac Sequential")
-register_method("amnesiac_ewc", f"{_STRATEGIES}.amnesiac:AmnesiacEWC", exact=False,
-                label="Amnesiac EWC", params=("ewc_lambda",))
-register_method("amnesiac_lwf", f"{_STRATEGIES}.amnesiac:AmnesiacLwF", exact=False,
-                label="Amnesiac LwF", params=("lwf_alpha", "lwf_temperature"))
-register_method("amnesiac_der", f"{_STRATEGIES}.amnesiac:AmnesiacDER", exact=False,
-                label="Amnesiac DER", params=("buffer_size", "beta"))
-register_method("amnesiac_derpp", f"{_STRATEGIES}.amnesiac:AmnesiacDERpp", exact=False,
-                label="Amnesiac DER++", params=("buffer_size", "beta"))
-register_method("hat", f"{_STRATEGIES}.hat:HAT", exact=False, label="HAT", size=EMBEDDING_SIZE,
-                config={"s_max": 400.0, "lamb": 0.75},
-                ranges={"s_max": (1.0, None), "lamb": (0.0, None)})
-register_method("amnesiac_hat", f"{_STRATEGIES}.hat:AmnesiacHAT", exact=False,
-                label="Amnesiac HAT", size=EMBEDDING_SIZE,
-                config={"s_max": 400.0, "lamb": 0.75, "compensate_order": "forward"},
-                ranges={"s_max": (1.0, None), "lamb": (0.0, None)})
-register_method("uncle", f"{_STRATEGIES}.uncle:UnCLe", exact=False, label="UnCLe",
-                config={"hnet_hidden": "64,64", "chunk_size": 2048, "embedding_dim": 32,
-                        "beta_reg": 0.1, "gamma_forget": 1.0, "unlearn_steps": 100,
-                        "noise_samples": 10},
-                ranges={"chunk_size": (1, None), "embedding_dim": (1, None),
-                        "beta_reg": (0, None), "gamma_forget": (0, None),
-                        "unlearn_steps": (0, None), "noise_samples": (1, None)},
-                size=HYPERNETWORK_SIZE)
 #: The field's methods beyond the paper's, in table_field's row order.
 FIELD_METHODS = ("clpu_derpp", "amnesiac_sequential", "amnesiac_ewc", "amnesiac_lwf",
                  "amnesiac_der", "amnesiac_derpp", "hat", "amnesiac_hat", "uncle")
@@ -147,24 +87,6 @@ TABLE1_ALPHAS = (0.05, 0.1, 0.2)
 #: The ablation methods (ER (Retraining), the independent sparse subnetworks).
 ABLATION_METHODS = ("er_retrain", "static_sparse", "dynamic_sparse")
 
-# Audit-only PALL variants that leak a known part of D^t (pall_avalanche.audit.leaky): the
-# exactness audit's positive control and its dose-response. Inexact by construction; no table
-# of the paper runs them.
-_LEAKY = "pall_avalanche.audit.leaky:LeakyPALL"
-_LEAK_RANGE = {"leak_fraction": (0.0, 1.0)}
-register_method("pall_no_unlearning", _LEAKY, exact=False, label="PALL, no unlearning (control)",
-                params=_PALL, optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE,
-                config={"leak": "everything", "leak_fraction": 1.0}, ranges=_LEAK_RANGE)
-for _percent in (100, 50, 25, 10):
-    register_method(f"pall_leak_redraw_{_percent}", _LEAKY, exact=False,
-                    label=f"PALL keeping {_percent} % of what t trained", params=_PALL,
-                    optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE, ranges=_LEAK_RANGE,
-                    config={"leak": "redraw", "leak_fraction": _percent / 100})
-for _leak, _what in (("body", "m̄_t (t's head re-drawn)"), ("head", "t's head"),
-                     ("buffer", "B^t in retraining")):
-    register_method(f"pall_leak_{_leak}", _LEAKY, exact=False, label=f"PALL keeping {_what}",
-                    params=_PALL, optional=_PALL_OPTIONS, size=SUBNETWORK_SIZE,
-                    ranges=_LEAK_RANGE, config={"leak": _leak, "leak_fraction": 1.0})
 #: The audit's positive control: PALL whose unlearning changes nothing.
 AUDIT_CONTROL = "pall_no_unlearning"
 #: The audit's leaky PALL variants: the dose-response (a fraction of what t trained kept,

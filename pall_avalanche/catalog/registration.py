@@ -7,9 +7,11 @@ Imports neither torch nor Avalanche.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from pall_avalanche.catalog.declaration import Method
 
 __all__ = [
     "BENCHMARK_INFO",
@@ -18,14 +20,12 @@ __all__ = [
     "EMBEDDING_SIZE",
     "HYPERNETWORK_SIZE",
     "INDEPENDENT_SIZE",
-    "KEY_TYPES",
     "METHOD_INFO",
     "MODEL_INFO",
     "MODEL_SIZES",
     "STRATEGY_ARGUMENTS",
     "SUBNETWORK_SIZE",
     "BenchmarkInfo",
-    "MethodInfo",
     "ModelInfo",
     "lazy_names",
     "load",
@@ -49,8 +49,6 @@ EMBEDDING_SIZE = "d + E_i"
 HYPERNETWORK_SIZE = "h + E_i"
 MODEL_SIZES = (DENSE_SIZE, SUBNETWORK_SIZE, INDEPENDENT_SIZE, CLPU_SIZE, EMBEDDING_SIZE,
                HYPERNETWORK_SIZE)
-#: The types a method's own configuration key may have (its default's type).
-KEY_TYPES = (bool, int, float, str)
 #: The keyword arguments :func:`~pall_avalanche.strategies.build_strategy` gives every
 #: strategy itself: no method's own key may take these names.
 STRATEGY_ARGUMENTS = ("model", "optimizer", "train_mb_size", "train_epochs", "eval_mb_size",
@@ -108,101 +106,35 @@ def _where(ref: Any) -> str:
     return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', repr(ref))}"
 
 
-@dataclass(frozen=True)
-class MethodInfo:
-    """A registered method (see :func:`register_method` for the fields)."""
-
-    name: str
-    strategy: Any
-    exact: bool
-    params: tuple[str, ...] = ()
-    label: str = ""
-    optional: tuple[str, ...] = ()
-    config: Mapping[str, Any] = field(default_factory=dict)
-    ranges: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
-    size: str = DENSE_SIZE
-
-    @property
-    def where(self) -> str:
-        """Where the strategy's code is: its import path or qualified name."""
-        return _where(self.strategy)
+#: Every registered method's declaration, in registration order.
+METHOD_INFO: dict[str, Method] = {}
 
 
-#: Every registered method, in registration order.
-METHOD_INFO: dict[str, MethodInfo] = {}
+def register_method(method: Method) -> Method:
+    """Register a method's declaration (:class:`~pall_avalanche.catalog.declaration.Method`):
+    ``--methods NAME`` then runs it in every script, the sweeps and the audit, with the
+    paper's protocol, metrics and reports, its keys checked, documented and passed to its
+    strategy.
 
-
-def register_method(name: str, strategy: Any, *, exact: bool, label: str | None = None,
-                    config: Mapping[str, Any] | None = None,
-                    ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
-                    params: Sequence[str] = (), optional: Sequence[str] = (),
-                    size: str | None = None) -> MethodInfo:
-    """Register a method: ``--methods NAME`` then runs it in every script, the sweeps and the
-    audit, with the paper's protocol, metrics and reports.
-
-    :param name: the command-line name (letters, digits, underscores; not taken).
-    :param strategy: its strategy class (an
-        :class:`~pall_avalanche.strategies.UnlearningTemplate` subclass) or its import path
-        ``"package.module:Class"`` (loaded when a run needs it). It is called as
-        ``Strategy(model=..., optimizer=..., train_mb_size=..., train_epochs=...,
-        eval_mb_size=..., device=..., plugins=..., evaluator=..., lr_schedule=..., amp=...,
-        channels_last=..., <params>, <optional>, <own keys>)``.
-    :param exact: whether its unlearning is exact (Table 1 prints A_u as "Exact"; the
-        contract check :mod:`pall_avalanche.check_method` holds it to that).
-    :param label: the name printed in tables (default: ``name``).
-    :param config: configuration values the method sets: a key the configuration already
-        knows (``beta``, ``lr``, ...) is set for this method (a variant such as
-        ``pall_beta0``); any other key is the method's **own key**, typed by its default
-        (bool, int, float or str), passed to the strategy as a keyword argument, checked like
-        a built-in key and set from the command line with
-        ``--set methods.NAME.KEY=VALUE``.
-    :param ranges: own key → (low, high), inclusive bounds (``None``: unbounded) of a number.
-    :param params: configuration keys the strategy takes as keyword arguments.
-    :param optional: configuration keys passed when the configuration has them.
-    :param size: Table 1's symbolic model size (:data:`MODEL_SIZES`); default: the
-        strategy class's ``table_size`` when it is given as a class (subnetwork methods
-        ``d + M_i``, Independent ``d × |Ω_i|``), else ``d``.
-    :raises ValueError: a taken or invalid name, or an invalid default or range.
+    :raises ValueError: a taken or invalid name, a key named as an argument the harness gives
+        every strategy itself, or a size Table 1 does not know.
     """
+    if not isinstance(method, Method):
+        raise ValueError(f"register_method takes a pall_avalanche.catalog.Method declaration, "
+                         f"got {method!r}")
+    name = method.name
     _check_name(name, METHOD_INFO, "method")
-    config = dict(config or {})
-    ranges = dict(ranges or {})
-    for key, default in config.items():
+    for key in method.keys:
         if not isinstance(key, str) or not key.isidentifier():
-            raise ValueError(f"method {name!r}: configuration key {key!r} is invalid")
+            raise ValueError(f"method {name!r}: key {key!r} is invalid")
         if key in STRATEGY_ARGUMENTS:
-            raise ValueError(f"method {name!r}: config key {key!r} is a strategy argument the "
+            raise ValueError(f"method {name!r}: key {key!r} is a strategy argument the "
                              f"harness sets itself ({', '.join(STRATEGY_ARGUMENTS)}); rename it")
-        if not isinstance(default, KEY_TYPES):
-            raise ValueError(f"method {name!r}: config[{key!r}] = {default!r} must be a bool, "
-                             "int, float or str (its type is the key's type)")
-    for key, bounds in ranges.items():
-        if key not in config or isinstance(config[key], (bool, str)):
-            raise ValueError(f"method {name!r}: ranges[{key!r}] needs a numeric default in "
-                             "config")
-        if not (isinstance(bounds, tuple) and len(bounds) == 2 and all(
-                b is None or (isinstance(b, (int, float)) and not isinstance(b, bool))
-                for b in bounds)):
-            raise ValueError(f"method {name!r}: ranges[{key!r}] must be (low, high), numbers "
-                             f"or None, got {bounds!r}")
-        low, high = bounds
-        if (low is not None and config[key] < low) or (high is not None and config[key] > high):
-            raise ValueError(f"method {name!r}: config[{key!r}] = {config[key]!r} lies outside "
-                             f"its range {bounds!r}")
-    if size is None:
-        size = _size_of(strategy)
-    if size not in MODEL_SIZES:
-        raise ValueError(f"size={size!r} is invalid; valid: {MODEL_SIZES}")
-    info = MethodInfo(name, strategy, bool(exact), tuple(params), label or name,
-                      tuple(optional), config, ranges, size)
-    METHOD_INFO[name] = info
-    return info
-
-
-def _size_of(strategy: Any) -> str:
-    """Table 1's symbolic size from a strategy class (its ``table_size``; ``d`` for an
-    import path, whose class is not imported here)."""
-    return DENSE_SIZE if isinstance(strategy, str) else getattr(strategy, "table_size", DENSE_SIZE)
+    if method.size not in MODEL_SIZES:
+        raise ValueError(f"method {name!r}: size={method.size!r} is invalid; valid: "
+                         f"{MODEL_SIZES}")
+    METHOD_INFO[name] = method
+    return method
 
 
 def method_label(method: str) -> str:

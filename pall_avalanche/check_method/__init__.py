@@ -7,8 +7,8 @@ prints one line per check (``ok`` or ``FAIL`` with what was seen) and exits 0 wh
 1 when one fails, 2 on bad input. ``tests/contract/test_check_method.py`` runs the same checks for
 every registered method. On the sequence L0 L1 L2 U2 (:data:`CHECK_REQUESTS`):
 
-- **keys**: every configuration key the method declares (its parameters, optional keys and
-  own keys) is a keyword parameter of its strategy's constructor (following ``**kwargs`` up
+- **keys**: every key the method declares is a keyword parameter of its strategy's
+  constructor (following ``**kwargs`` up
   the bases), so a misspelt declaration fails here and not deep inside a run;
 - **learns**: every learning request leaves its task above chance on its training data (the
   measurement's learning check);
@@ -49,11 +49,13 @@ from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.cli import Parser, check_device, parse_run_arguments, seed_option
 from pall_avalanche.config import apply_overrides, check_run_config, for_benchmark
 from pall_avalanche.exit_codes import main_guard
+from pall_avalanche.requests import RequestKind
 
 __all__ = ["CHECK_OVERRIDES", "CHECK_REQUESTS", "Check", "check_method", "main"]
 
 #: The checked sequence: three tasks learned, the last one unlearned.
-CHECK_REQUESTS = (("learn", 0), ("learn", 1), ("learn", 2), ("unlearn", 2))
+CHECK_REQUESTS = ((RequestKind.LEARN, 0), (RequestKind.LEARN, 1), (RequestKind.LEARN, 2),
+                  (RequestKind.UNLEARN, 2))
 #: The digits configuration's keys the checks change (a few seconds per method).
 CHECK_OVERRIDES = {"epochs": 3, "train_per_task": 80, "n_unlearn": 1}
 

@@ -15,10 +15,10 @@ from avalanche.training.plugins import LRSchedulerPlugin
 
 from pall_avalanche.audit import ProvenanceTracker
 from pall_avalanche.check_method import Check
-from pall_avalanche.config import method_keys
 from pall_avalanche.core import RequestResult, UnlearningPlugin
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.data.tasks import evaluation_loader
+from pall_avalanche.requests import RequestKind
 from pall_avalanche.runs import run_record
 from pall_avalanche.runs.build import build_run
 from pall_avalanche.strategies import METHODS
@@ -85,6 +85,9 @@ def run_contract(method: str, config: dict, seed: int,
                  device: str = "cpu") -> list[Check]:
     """The contract's checks of ``method`` with the resolved ``config`` on ``requests``,
     training on ``device``."""
+    keys = _keys_check(method)
+    if not keys.passed:     # the strategy cannot be built with its declared keys: nothing runs
+        return [keys]
     sequence = [{"kind": kind, "task": task} for kind, task in requests]
     test_stream = build_benchmark(config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
                                   train_per_task=config.get("train_per_task")).test_stream
@@ -99,7 +102,7 @@ def run_contract(method: str, config: dict, seed: int,
         resumed = _Recorder(test_stream)
         again = run_record(method, seed, config, requests=sequence, checkpoint=checkpoint,
                            plugins=[resumed], device=device)
-    checks = [_keys_check(method)]
+    checks = [keys]
     failed = [c for c in record["learning_checks"] if c["failed"]]
     checks.append(Check("learns", not failed, "every learned task above chance on its training "
                         "data" if not failed else "left at chance: " + ", ".join(
@@ -134,10 +137,10 @@ def constructor_keywords(cls: type) -> set[str]:
 
 
 def _keys_check(method: str) -> Check:
-    """The configuration keys the method declares (its parameters, optional keys and own
-    keys), each a keyword parameter of its strategy's constructor."""
+    """The keys the method declares, each a keyword parameter of its strategy's
+    constructor."""
     spec = METHODS[method]
-    declared = [*spec.info.params, *spec.info.optional, *method_keys(method)]
+    declared = list(spec.info.keys)
     missing = [k for k in declared if k not in constructor_keywords(spec.strategy)]
     return Check("keys", not missing,
                  f"{len(declared)} declared keys, each a keyword of "
@@ -175,15 +178,15 @@ def _exactness_checks(method: str, config: dict, full: _Recorder, record: dict,
     _, task = requests[-1]
     accuracy = record["accuracy"][-1][task]
     after_learning = record["accuracy"][
-        max(i for i, r in enumerate(requests) if r == ("learn", task))][task]
+        max(i for i, r in enumerate(requests) if r == (RequestKind.LEARN, task))][task]
     level = 100 / record["split"]["classes_per_task"]
     # a never-trained head on trained shared weights scores anywhere around chance (a single
     # run cannot tell more; the audit compares distributions): forgotten = at most half of the
     # gain over chance the task had right after it was learned is left
     bound = level + max(after_learning - level, 0) / 2
     chance = accuracy <= bound
-    learned = {t for k, t in requests if k == "learn"}
-    others = sorted(learned - {t for k, t in requests if k == "unlearn"})
+    learned = {t for k, t in requests if k == RequestKind.LEARN}
+    others = sorted(learned - {t for k, t in requests if k == RequestKind.UNLEARN})
     if METHODS[method].strategy.retrains_from_scratch():
         redrawn = all(bool((a != b).all()) for a, b in zip(full.params[-1], full.params[-2],
                                                             strict=True))

@@ -1,12 +1,13 @@
 """Run configurations: YAML files of hyper-parameters with command-line overrides.
 
-A configuration is a flat mapping (benchmark, model, epochs, lr, ...) plus an optional
-``methods`` section whose entries override global keys for one method (e.g. the paper's
-learning rate 0.001 for ER on CIFAR). :func:`resolve_method_config` gives the flat, complete
-configuration of one method; that is what a result record stores.
+A configuration is a flat mapping of run keys (benchmark, model, epochs, lr, ...) and method
+keys (``alpha``: every method that declares it) plus an optional ``methods`` section whose
+entries override them for one method (e.g. the paper's learning rate 0.001 for ER on CIFAR).
+:func:`resolve_method_config` gives the flat, complete configuration of one method (the run
+keys and the keys it declares); that is what a result record stores.
 
-Every key is known (:data:`CONFIG_KEYS`: its type, range and meaning; a registered method's own
-keys, :func:`method_keys`, for that method): an unknown key, a value of the wrong type or out of
+Every key is known (:data:`CONFIG_KEYS`: the run keys' type, range and meaning; the keys a
+method declares, :func:`method_keys`): an unknown key, a value of the wrong type or out of
 range is refused with one line naming where it came from (the file,
 ``--set KEY=VALUE`` or a flag), the bad value and what is valid (:func:`check_setting`,
 :func:`check_config`, :func:`check_run_config`), before anything is trained.

@@ -1,11 +1,12 @@
-"""Every configuration key with its type, range and meaning, and the one-line checks of a
-setting, a configuration and a method's resolved configuration."""
+"""The run's configuration keys with their type, range and meaning (:data:`CONFIG_KEYS`; a
+method's own keys are in its declaration, :class:`~pall_avalanche.catalog.Method`), and the
+one-line checks of a setting, a configuration and a method's resolved configuration."""
 
 from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,6 @@ from pall_avalanche.options import (
     LR_SCHEDULES,
     OPTIMIZERS,
     SELECTION_NAMES,
-    THRESHOLD_METHODS,
 )
 
 __all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "CPU_RUN_THREADS", "MAX_SEED", "REQUIRED_KEYS",
@@ -99,8 +99,8 @@ def _spec(kind: type, rule: tuple | None, meaning: str, *, nullable: bool = Fals
 
 
 
-#: Every configuration key (see :data:`~pall_avalanche.config.CONFIG_DIR`), with its type, range
-#: and meaning.
+#: Every key of a run's configuration (see :data:`~pall_avalanche.config.CONFIG_DIR`) that is
+#: not a method's own, with its type, range and meaning.
 CONFIG_KEYS: dict[str, KeySpec] = {
     "benchmark": _spec(str, _registered("benchmark"), "the benchmark"),
     "n_tasks": _spec(int, _at_least(1), "T, the number of tasks"),
@@ -141,24 +141,6 @@ CONFIG_KEYS: dict[str, KeySpec] = {
     "input_pipeline": _spec(str, _choice(*INPUT_PIPELINES), "where training "
                             "mini-batches are assembled: batched on the device where the "
                             "benchmark offers it, or per sample on the host", nullable=True),
-    "mask_threshold": _spec(str, _choice(*THRESHOLD_METHODS),
-                            "how subnetwork methods find per-layer mask thresholds (speed "
-                            "only: the same masks)", nullable=True),
-    "alpha": _spec(float, ((lambda v: 0 < v <= 1), "in (0, 1]"),
-                   "α, per-layer connectivity of a task subnetwork (PALL, WSN)"),
-    "n_retrain_iters": _spec(int, _at_least(0), "N_f, iterations after an unlearning request"),
-    "beta": _spec(float, _at_least(0), "β, weight of the logit-MSE rehearsal term"),
-    "buffer_size": _spec(int, _at_least(1), "total episodic memory"),
-    "buffer_selection": _spec(str, _registered("selection"), "how buffer samples are chosen"),
-    "strict_cascade": _spec(bool, None, "PALL's strict cascade option"),
-    "retrain_tokens": _spec(bool, None, "PALL's retraining also trains the remaining tasks' "
-                            "own tokens (a ViT's; the reference) or keeps them frozen"),
-    "ewc_lambda": _spec(float, _at_least(0), "λ of EWC (also LSF's EWC term)"),
-    "lwf_alpha": _spec(float, _at_least(0), "weight of LwF's distillation"),
-    "lwf_temperature": _spec(float, _at_least(0, above=True), "LwF's temperature"),
-    "lsf_gamma": _spec(float, _at_least(0), "γ of LSF's mnemonic-code terms"),
-    "memory_strength": _spec(float, _at_least(0), "GEM's margin"),
-    "retrain_epochs": _spec(int, _at_least(0), "ER (Retraining)'s epochs over the buffers"),
     "shadow_task": _spec(int, _at_least(0), "the exactness audit's shadow runs: the task "
                          "trained on a random half of its data", nullable=True),
     "shadow_seed": _spec(int, _at_least(0), "the exactness audit's shadow runs: picks that "
@@ -168,40 +150,46 @@ CONFIG_KEYS: dict[str, KeySpec] = {
 
 
 def method_keys(method: str) -> dict[str, KeySpec]:
-    """The own configuration keys of a registered method: the keys of its registered
-    ``config`` that :data:`CONFIG_KEYS` does not know, each typed by its default and bounded by
-    its ``ranges`` entry (:func:`~pall_avalanche.catalog.register_method`)."""
+    """The keys a registered method declares (:class:`~pall_avalanche.catalog.Method`), as
+    specifications; ``{}`` for an unknown method."""
     info = METHOD_INFO.get(method)
     if info is None:
         return {}
-    out = {}
-    for key, default in info.config.items():
-        if key in CONFIG_KEYS:
-            continue
-        low, high = info.ranges.get(key, (None, None))
-        rule = None
-        if low is not None or high is not None:
-            what = ("in [" + ("-inf" if low is None else f"{low:g}") + ", "
-                    + ("inf" if high is None else f"{high:g}") + "]")
-            rule = ((lambda v, lo=low, hi=high: (lo is None or v >= lo)
-                     and (hi is None or v <= hi)), what)
-        out[key] = _spec(type(default), rule, f"{info.label}'s own key, default {default!r}")
-    return out
+    return {name: KeySpec(key.kind, lambda v, key=key: key.problem(v) is None, key.bounds,
+                          key.meaning, key.nullable)
+            for name, key in info.keys.items()}
 
 
-def _key_spec(name: str, method: str | None, where: str) -> KeySpec:
-    """The specification of configuration key ``name`` (of ``method``'s configuration, whose
-    own keys count too)."""
+def _owners(name: str) -> list[str]:
+    """The registered methods that declare the key ``name``."""
+    return [m for m, info in METHOD_INFO.items() if name in info.keys]
+
+
+def _key_specs(name: str, method: str | None, where: str) -> list[KeySpec]:
+    """The specifications a value of key ``name`` must meet: a run key's; a key of
+    ``method``'s; without a method, the key of every method that declares it (a
+    configuration's top-level value is every such method's).
+
+    :raises ValueError: nobody knows the key, or ``method`` does not take it.
+    """
     if name in CONFIG_KEYS:
-        return CONFIG_KEYS[name]
-    own = method_keys(method) if method is not None else {}
-    if name in own:
-        return own[name]
-    owners = [m for m in METHOD_INFO if name in method_keys(m)]
-    if owners:
-        raise ValueError(f"{where}: {name!r} is an own key of method {owners[0]!r}; set it "
-                         f"as methods.{owners[0]}.{name}=VALUE")
-    raise _unknown(name, where, [*CONFIG_KEYS, *own])
+        return [CONFIG_KEYS[name]]
+    if method is not None:
+        own = method_keys(method)
+        if name in own:
+            return [own[name]]
+        owners = _owners(name)
+        if owners:
+            more = f" and {len(owners) - 3} more" if len(owners) > 3 else ""
+            raise ValueError(f"{where}: method {method!r} takes no key {name!r} (methods "
+                             f"that do: {', '.join(owners[:3])}{more}); its keys: "
+                             f"{', '.join(own) or 'none'}")
+        raise _unknown(name, where, [*CONFIG_KEYS, *own])
+    owners = _owners(name)
+    if not owners:
+        raise _unknown(name, where, [*CONFIG_KEYS, *{k for info in METHOD_INFO.values()
+                                                      for k in info.keys}])
+    return [method_keys(m)[name] for m in owners]
 
 
 def _type_ok(spec: KeySpec, value: Any) -> bool:
@@ -230,8 +218,10 @@ def check_setting(key: str, value: Any, where: str, *, method: str | None = None
     """Refuse an unknown (dotted) ``key`` or a bad ``value`` in one line that starts with
     ``where`` (``--set alpha=abc``, a file name, ``--epochs 0``).
 
-    :param method: the method whose (resolved) configuration holds the key: its own keys
-        (:func:`method_keys`) are known too; ``methods.<method>.<key>`` names the method itself.
+    :param method: the method whose (resolved) configuration holds the key: the keys it
+        declares (:func:`method_keys`) are known, other methods' are not;
+        ``methods.<method>.<key>`` names the method itself. Without one, a key some method
+        declares is checked against every declaration of it.
     :raises ValueError: naming the key, the value and what is valid.
     """
     parts = key.split(".")
@@ -253,20 +243,32 @@ def check_setting(key: str, value: Any, where: str, *, method: str | None = None
         if parts[0] in ("methods", "seeds"):
             raise ValueError(f"{where}: {parts[0]!r} cannot be set per method")
     name = parts[0]
-    spec = _key_spec(name, method, where)
-    if len(parts) > 1:
-        if spec.kind is not dict:
-            raise ValueError(f"{where}: {name} is not a mapping; set it as {name}=VALUE")
-        return
-    if not _type_ok(spec, value):
-        kind = _KIND_NAMES[spec.kind] + (" or null" if spec.nullable else "")
-        raise ValueError(f"{where}: {name} ({spec.meaning}) must be {kind}"
-                         + (f" {spec.what}" if spec.what else "") + f", got {value!r}")
-    if spec.valid is not None and value is not None and not spec.valid(value):
-        raise ValueError(f"{where}: {name} ({spec.meaning}) must be {spec.what}, got {value!r}")
+    # a method key set for every method that declares it must suit one of them (each run
+    # checks its own method's value before it starts)
+    problems = [_problem(spec, name, parts, value, where)
+                for spec in _key_specs(name, method, where)]
+    if all(problems):
+        raise problems[0]
     if name == "methods":
         for method, overrides in value.items():
             check_setting(f"methods.{method}", overrides, where)
+
+
+def _problem(spec: KeySpec, name: str, parts: Sequence[str], value: Any, where: str
+             ) -> ValueError | None:
+    """What is wrong with ``value`` for the key ``name`` of ``spec`` (``parts``: the dotted
+    key's parts from ``name`` on), or ``None``."""
+    if len(parts) > 1:
+        return None if spec.kind is dict else ValueError(
+            f"{where}: {name} is not a mapping; set it as {name}=VALUE")
+    if not _type_ok(spec, value):
+        kind = _KIND_NAMES[spec.kind] + (" or null" if spec.nullable else "")
+        return ValueError(f"{where}: {name} ({spec.meaning}) must be {kind}"
+                          + (f" {spec.what}" if spec.what else "") + f", got {value!r}")
+    if spec.valid is not None and value is not None and not spec.valid(value):
+        return ValueError(f"{where}: {name} ({spec.meaning}) must be {spec.what}, got "
+                          f"{value!r}")
+    return None
 
 
 def check_config(config: Mapping[str, Any], where: str, *, method: str | None = None) -> None:

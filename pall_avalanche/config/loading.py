@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from pall_avalanche.catalog import BENCHMARK_INFO, METHOD_INFO
-from pall_avalanche.config.keys import REQUIRED_KEYS, check_config
+from pall_avalanche.config.keys import CONFIG_KEYS, REQUIRED_KEYS, check_config
 
 __all__ = ["CONFIG_DIR", "LOCATION_KEYS", "MAX_YAML_BYTES", "MAX_YAML_VALUES", "apply_overrides",
            "check_run_config", "config_hash", "for_benchmark", "load_config", "load_yaml_file",
@@ -132,18 +132,22 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[tuple[str, An
 
 
 def resolve_method_config(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The flat configuration of ``method``: global keys, updated by the values a registered
-    variant sets (``MethodInfo.config``, e.g. ``pall_strict``), then by ``methods[method]``."""
-    flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in ("methods", "seeds")}
+    """The flat configuration of ``method``: the run keys (:data:`CONFIG_KEYS`) and the keys
+    the method declares (:class:`~pall_avalanche.catalog.Method`), each at its default,
+    updated by the configuration's value of it (``alpha: 0.1``: every method that declares
+    ``alpha``), by the method's settings (a variant such as ``pall_strict``), then by
+    ``methods[method]``. Keys only other methods declare are left out."""
+    flat = {k: copy.deepcopy(v) for k, v in config.items()
+            if k in CONFIG_KEYS and k not in ("methods", "seeds")}
     if method in METHOD_INFO:
-        flat.update(copy.deepcopy(dict(METHOD_INFO[method].config)))
+        info = METHOD_INFO[method]
+        flat.update({k: copy.deepcopy(config.get(k, key.default))
+                     for k, key in info.keys.items()})
+        flat.update(copy.deepcopy(dict(info.settings)))
     overrides = (config.get("methods") or {}).get(method) or {}
     if not isinstance(overrides, dict):
         raise ValueError(f"methods.{method} must be a mapping of overrides, got {overrides!r}")
     flat.update(copy.deepcopy(overrides))
-    missing = [k for k in REQUIRED_KEYS if k not in flat]
-    if missing:
-        raise ValueError(f"the configuration of {method!r} lacks the keys {missing}")
     return flat
 
 
@@ -204,12 +208,15 @@ def check_run_config(config: Mapping[str, Any], method: str,
     if overrides:
         config = apply_overrides(config, overrides)
     resolved = resolve_method_config(config, method)
+    missing = [k for k in REQUIRED_KEYS if k not in resolved]
+    if missing:
+        raise ValueError(f"the configuration of {method!r} lacks the keys {missing}")
     check_config(resolved, f"the configuration of {method!r}", method=method)
-    lacking = [key for key in METHOD_INFO[method].params if key not in resolved] \
+    clashing = [k for k in METHOD_INFO[method].keys if k in CONFIG_KEYS] \
         if method in METHOD_INFO else []
-    if lacking:
-        raise ValueError(f"the configuration of {method!r} lacks {', '.join(lacking)}, which "
-                         "the method takes; set it (e.g. --set KEY=VALUE)")
+    if clashing:
+        raise ValueError(f"method {method!r} declares {', '.join(clashing)}, which name run "
+                         "keys (pall_avalanche.config.CONFIG_KEYS); rename them")
     shadow = [resolved.get(key) is None for key in ("shadow_task", "shadow_seed")]
     if shadow[0] != shadow[1]:
         raise ValueError("shadow_task and shadow_seed go together: set both (a shadow run of "
@@ -233,7 +240,7 @@ def check_run_config(config: Mapping[str, Any], method: str,
                          f"0..{n_tasks - 1}")
     per_class = classes // n_tasks
     buffer = resolved.get("buffer_size")
-    takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].params
+    takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].keys
     if takes_buffer and buffer is not None and buffer // n_tasks < per_class:
         raise ValueError(f"buffer_size={buffer} is invalid for {method!r}: it gives "
                          f"{buffer // n_tasks} samples per task over {n_tasks} tasks, fewer than "

@@ -1,6 +1,7 @@
 """Evaluation: the paper's metrics (pure functions), the measurement of every request as an
-Avalanche metric, the log of request results the records are built from, and the continual-
-unlearning field's metrics against reference runs.
+Avalanche metric, and the continual-unlearning field's metrics against reference runs. (The
+log of request results the records are built from is the strategy's:
+:class:`~pall_avalanche.core.RequestLog`.)
 
 The names are loaded on first use, so reading records and writing reports
 (:mod:`pall_avalanche.evaluation.metrics`: numbers only) imports neither torch nor Avalanche.
@@ -15,7 +16,6 @@ _WHERE = {
     "RequestEvaluator": "avalanche_metrics",
     "UnlearningMetrics": "avalanche_metrics",
     "request_evaluator": "avalanche_metrics",
-    "request_log_of": "avalanche_metrics",
     "unlearning_metrics": "avalanche_metrics",
     "LearningWarning": "measurement",
     "RequestMeasurement": "measurement",
@@ -27,12 +27,11 @@ _WHERE = {
     "ReferenceMetrics": "references",
     "field_metrics": "field",
     "linear_cka": "field",
-    "t_interval": "field",
+    "t_interval": "metrics",
     "METRIC_NAMES": "metrics",
     "compute_metrics": "metrics",
     "model_size_mb": "metrics",
     "summarize_metrics": "metrics",
-    "RequestLog": "request_log",
 }
 
 __all__ = sorted(_WHERE)

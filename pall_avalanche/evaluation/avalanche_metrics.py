@@ -18,9 +18,9 @@ requests (the mean and largest rise of an unlearned task's accuracy after its un
 :func:`~pall_avalanche.evaluation.metrics.relapse`),
 ``UnlearningMetrics/request_seconds`` and ``UnlearningMetrics/model_size_mb``. Avalanche's
 loggers (text, interactive, CSV, TensorBoard, W&B) then show them, and the evaluator's
-``get_last_metrics()`` returns them. This is the one evaluation path: the runner's records are
-built from the same measurements: the metric's :class:`~pall_avalanche.evaluation.RequestLog`
-(:func:`request_log_of`).
+``get_last_metrics()`` returns them. The runner's records are built from the same
+measurements: the strategy's request loop adds each to its
+:class:`~pall_avalanche.core.RequestLog` (``strategy.request_log``).
 
 Avalanche hands a metric only the strategy: the metric reads the request in progress (its
 position, kind and task) from the strategy's ``current_request``
@@ -36,26 +36,24 @@ from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricValue
 from avalanche.training.plugins import EvaluationPlugin
 
-from pall_avalanche.checkpoint import Stateful
 from pall_avalanche.evaluation.measurement import RequestMeasurement
 from pall_avalanche.evaluation.metrics import compute_metrics, relapse_summary
-from pall_avalanche.evaluation.request_log import RequestLog
 from pall_avalanche.requests import InvalidRequestSequence, Request, RequestSequence
 
-__all__ = ["RequestEvaluator", "UnlearningMetrics", "request_evaluator", "request_log_of",
-           "unlearning_metrics"]
+__all__ = ["RequestEvaluator", "UnlearningMetrics", "request_evaluator", "unlearning_metrics"]
 
 PREFIX = "UnlearningMetrics"
 
 
-class UnlearningMetrics(PluginMetric[dict], Stateful):
+class UnlearningMetrics(PluginMetric[dict]):
     """Every task's accuracy, the paper's metrics, request time and model size after every
     request (module docstring). It also hands each request's
     :class:`~pall_avalanche.core.RequestResult` to the strategy
-    (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.request_measured`), which fires
-    ``after_request`` with it once the request is over and its parameters are finite, after
-    adding it to :attr:`log`, the run's :class:`~pall_avalanche.evaluation.RequestLog` (the one
-    place the accuracy rows are kept; saved with the strategy's checkpoints).
+    (:meth:`~pall_avalanche.strategies.base.UnlearningTemplate.request_measured`), whose
+    request loop adds it to ``strategy.request_log`` (the run's
+    :class:`~pall_avalanche.core.RequestLog`, saved with the strategy's checkpoints; the
+    earlier requests' rows this metric reads) and fires ``after_request`` with it once the
+    request is over and its parameters are finite.
 
     :param test_stream: the benchmark's test stream (experience t = task t).
     :param eval_mb_size: evaluation batch size (default: the strategy's training batch).
@@ -63,15 +61,11 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
         strategy's class).
     """
 
-    checkpoint_attributes = ("log.results",)
-
     def __init__(self, test_stream: Sequence, eval_mb_size: int | None = None,
                  label: str | None = None) -> None:
         super().__init__()
         self.measurement = RequestMeasurement(test_stream, eval_mb_size, label)
         self.n_tasks = len(self.measurement.test_stream)
-        #: The requests measured so far, with their accuracy rows and figures.
-        self.log = RequestLog()
         self._last: dict = {}
 
     def result(self) -> dict:
@@ -119,8 +113,9 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
     def _finish(self, strategy) -> list[MetricValue]:
         index, kind, task = strategy.current_request
         result = self.measurement.finish(strategy, index, kind, task)
-        requests = [*self.log.requests, (kind, task)]
-        rows = [*self.log.accuracy, list(result.accuracy)]
+        log = strategy.request_log
+        requests = [*log.requests, (kind, task)]
+        rows = [*log.accuracy, list(result.accuracy)]
         try:
             sequence = RequestSequence([Request(k, t) for k, t in requests], self.n_tasks)
             metrics = compute_metrics(rows, sequence)
@@ -130,7 +125,7 @@ class UnlearningMetrics(PluginMetric[dict], Stateful):
             metrics = {}
         relapse, relapse_max = relapse_summary(rows, [Request(k, t) for k, t in requests])
         metrics.update(relapse=relapse, relapse_max=relapse_max)
-        strategy.request_measured(result, accepted=self.log.add)
+        strategy.request_measured(result)
         values = {f"{PREFIX}/accuracy/task{t}": a for t, a in enumerate(result.accuracy)}
         values.update({f"{PREFIX}/{name}": value for name, value in metrics.items()
                        if value is not None})
@@ -194,16 +189,3 @@ def request_evaluator(test_stream: Sequence, eval_mb_size: int | None = None, *,
         warnings.filterwarnings("ignore", message="No loggers specified")
         return RequestEvaluator(*unlearning_metrics(test_stream, eval_mb_size, label),
                                 loggers=list(loggers))
-
-
-def request_log_of(evaluator: EvaluationPlugin) -> RequestLog:
-    """The :class:`RequestLog` of the :class:`UnlearningMetrics` in ``evaluator`` (a strategy's
-    ``evaluator``): every request measured so far.
-
-    :raises ValueError: the evaluator does not measure requests.
-    """
-    for metric in getattr(evaluator, "metrics", ()):
-        if isinstance(metric, UnlearningMetrics):
-            return metric.log
-    raise ValueError("the evaluator has no UnlearningMetrics: give it unlearning_metrics(...) "
-                     "or use request_evaluator(...)")

@@ -28,14 +28,15 @@ sequence without its unlearning requests. Against them (final models):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from pall_avalanche.requests import RequestKind
+
 __all__ = ["FIELD_METRICS", "accuracy_gain", "feature_distance", "field_metrics", "linear_cka",
-           "t_interval", "tug_of_war"]
+           "tug_of_war"]
 
 #: The field's metrics of a run (name → what it is), in table order.
 FIELD_METRICS = {
@@ -103,24 +104,6 @@ def tug_of_war(accuracies: Mapping[str, float], reference: Mapping[str, float]) 
     return out
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95
-               ) -> tuple[float, float, float] | None:
-    """(mean, low, high): the mean of ``values`` with its two-sided Student-t interval
-    (n − 1 degrees of freedom; the mean alone, low = high = mean, for one value); ``None``
-    for none."""
-    values = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    if not values:
-        return None
-    mean = float(np.mean(values))
-    if len(values) == 1:
-        return mean, mean, mean
-    from scipy import stats  # scipy: only where an interval is computed
-
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)
-                 * np.std(values, ddof=1) / math.sqrt(len(values)))
-    return mean, mean - half, mean + half
-
-
 def _sets(probe: Mapping[str, Any], unlearned: Sequence[int], remaining: Sequence[int]
           ) -> dict[str, float | None]:
     """The forget, retain and test accuracies (fractions) of a probe, sample-weighted."""
@@ -141,8 +124,9 @@ def field_metrics(record: Mapping[str, Any], retrained: Mapping[str, Any],
     :class:`~pall_avalanche.evaluation.references.FieldProbe`); ``None`` where undefined (no
     unlearned task: no distance, no ToW)."""
     requests = record["requests"]
-    unlearned = [r["task"] for r in requests if r["kind"] == "unlearn"]
-    remaining = sorted({r["task"] for r in requests if r["kind"] == "learn"} - set(unlearned))
+    unlearned = [r["task"] for r in requests if r["kind"] == RequestKind.UNLEARN]
+    remaining = sorted({r["task"] for r in requests if r["kind"] == RequestKind.LEARN}
+                       - set(unlearned))
     out: dict[str, float | None] = dict.fromkeys(FIELD_METRICS)
     out["accuracy_gain"] = accuracy_gain(record["accuracy"][-1],
                                          never_unlearned["accuracy"][-1], remaining)

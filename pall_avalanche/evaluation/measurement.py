@@ -10,7 +10,7 @@ after it was learned hides in it. After every learning request the measurement a
 learned task's balanced accuracy on its own training data (eval mode, un-augmented) and flags
 the request when it is at chance (:func:`learning_failed`): a :class:`LearningWarning` and
 ``failed: true`` in the result's ``learning_check`` (kept by
-:class:`~pall_avalanche.evaluation.RequestLog`; the record's ``learning_checks``).
+:class:`~pall_avalanche.core.RequestLog`; the record's ``learning_checks``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from torch import nn
 from pall_avalanche.core import RequestResult
 from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.evaluation.metrics import model_size_mb
+from pall_avalanche.requests import RequestKind
 
 if TYPE_CHECKING:
     from pall_avalanche.strategies.base import UnlearningTemplate
@@ -145,12 +146,12 @@ class RequestMeasurement:
         seconds = self._now(strategy) - self._start
         batch = self.eval_mb_size or strategy.train_mb_size
         accuracy = evaluate_tasks(strategy.model, self.test_stream, batch, strategy.device)
-        check = self._check_learning(strategy, index, task) if kind == "learn" else None
+        check = self._check_learning(strategy, index, task) if kind == RequestKind.LEARN else None
         return RequestResult(
             index=index, kind=kind, task=task, seconds=seconds, accuracy=tuple(accuracy),
             model_size_mb=model_size_mb(*strategy.inference_size()),
             active_tasks=tuple(strategy.active_tasks),
-            epoch_seconds=tuple(self._epoch_seconds) if kind == "learn" else (),
+            epoch_seconds=tuple(self._epoch_seconds) if kind == RequestKind.LEARN else (),
             statistics=strategy.request_statistics(), learning_check=check)
 
     def _check_learning(self, strategy: UnlearningTemplate, index: int, task: int) -> dict:

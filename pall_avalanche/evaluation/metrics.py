@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pall_avalanche.requests import RequestSequence
+from pall_avalanche.requests import RequestKind, RequestSequence
 
 __all__ = ["METRIC_NAMES", "compute_metrics", "model_size_mb", "relapse", "relapse_summary",
-           "summarize_metrics"]
+           "summarize_metrics", "t_interval"]
 
 #: The per-run metrics, as records and reports name them.
 METRIC_NAMES = ("A_l", "A_u", "F_l", "F_u", "F_u_max")
@@ -125,14 +125,14 @@ def relapse(accuracy: np.ndarray | Sequence[Sequence[float]],
         )
     out = []
     for i, r in enumerate(requests):
-        if r.kind != "unlearn":
+        if r.kind != RequestKind.UNLEARN:
             continue
         t = int(r.task)
         if not 0 <= t < acc.shape[1]:
             raise ValueError(f"request {i} names task {t}; the matrix has {acc.shape[1]} tasks")
         rows = []
         for j in range(i + 1, len(requests)):
-            if requests[j].kind == "learn" and int(requests[j].task) == t:
+            if requests[j].kind == RequestKind.LEARN and int(requests[j].task) == t:
                 break
             rows.append(j)
         rise = max(0.0, float(max(acc[j, t] for j in rows) - acc[i, t])) if rows else None
@@ -147,3 +147,23 @@ def relapse_summary(accuracy: np.ndarray | Sequence[Sequence[float]],
     if not rises:
         return None, None
     return _mean(rises), float(max(rises))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` with its two-sided Student-t confidence
+    interval (n − 1 degrees of freedom), the one interval of a mean over seeds or runs that the
+    reports, the field table and the audit print.
+
+    :param values: one value per seed or run (at least two).
+    :param level: confidence level.
+    :raises ValueError: fewer than two values.
+    """
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        raise ValueError(f"a t-interval needs at least 2 values, got {len(values)}")
+    from scipy import stats  # scipy: only where an interval is computed
+
+    mean = float(values.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)
+                 * values.std(ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half

@@ -14,7 +14,7 @@ from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricValue
 
 from pall_avalanche.data.tasks import unshuffled_batches
-from pall_avalanche.evaluation.avalanche_metrics import PREFIX, request_log_of
+from pall_avalanche.evaluation.avalanche_metrics import PREFIX
 from pall_avalanche.evaluation.field import field_metrics
 from pall_avalanche.models import backbones
 
@@ -107,7 +107,7 @@ class ReferenceMetrics(PluginMetric[dict]):
     def after_request(self, strategy, **kwargs) -> list[MetricValue]:
         """A request is over: probe the model and emit the values against the references
         (called by the evaluator, or directly when the metric is given as a plugin)."""
-        log = request_log_of(strategy.evaluator)
+        log = strategy.request_log
         record = {"requests": [{"kind": k, "task": t} for k, t in log.requests],
                   "accuracy": log.accuracy,
                   "probe": FieldProbe().finish(strategy, self.benchmark)}

@@ -17,7 +17,7 @@ identity includes the code that wrote it):
   (:mod:`pall_avalanche.audit.exposure`).
 
 The positive control (PALL whose unlearning changes nothing) and the leaky PALL variants
-(:mod:`pall_avalanche.audit.leaky`) always run beside the audited methods: the first says
+(:mod:`pall_avalanche.strategies.leaky`) always run beside the audited methods: the first says
 whether the attack has power in the setting, the second how small a leak it detects (δ).
 The table with one verdict per method (:mod:`pall_avalanche.audit.verdict`) is printed and
 written to ``<report-dir>/audit_<benchmark>[_quick].{md,csv,tex}``.

@@ -41,7 +41,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, title=title,
         cells=wide_table(cells, row="Method", column="N_u"),
-        notes=[f"PALL α = {run.config['alpha']:g}; N_u grid {grid}"],
+        notes=[f"PALL α = {run.value('alpha'):g}; N_u grid {grid}"],
         figures={"": lambda path: plot_metrics_vs(frame, "n_unlearn", ("A_l", "F_u"), path,
                                                   xlabel="N_u", title=title)})
 

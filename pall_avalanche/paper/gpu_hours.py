@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pall_avalanche.catalog import TABLE1_ALPHAS, TABLE1_METHODS
+from pall_avalanche.config import resolve_method_config
 from pall_avalanche.paper.fig3 import METHODS as FIG3_METHODS
 from pall_avalanche.paper.table_er_retrain import METHODS as ER_RETRAIN_METHODS
 from pall_avalanche.paper.table_rehearsal import PAPER_BUFFERS
@@ -125,9 +126,10 @@ def _unlearn_seconds(benchmark: str, method: str, timing: Mapping[str, Any], n_f
     N_f iterations (``n_f``, or the configuration's), other methods by the paper's ratio to
     PALL, ER (Retraining) its retraining epochs over the buffer."""
     if method == "er_retrain":          # retrain_epochs epochs over the remaining buffers
-        return config["methods"]["er_retrain"]["retrain_epochs"] * config["buffer_size"] * \
-            per_image["er"]
-    pall = timing["unlearn_seconds"] * ((config["n_retrain_iters"] if n_f is None else n_f)
+        er_retrain = resolve_method_config(config, "er_retrain")
+        return er_retrain["retrain_epochs"] * er_retrain["buffer_size"] * per_image["er"]
+    n_retrain_iters = resolve_method_config(config, "pall")["n_retrain_iters"]
+    pall = timing["unlearn_seconds"] * ((n_retrain_iters if n_f is None else n_f)
                                         / max(1, timing["n_retrain_iters"]))
     name = _LIKE.get(method, (None, method))[1] or method
     if name == "pall":

@@ -21,7 +21,7 @@ from pall_avalanche.files import load_record
 from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import build_model
 from pall_avalanche.paper.step_meter import StepMeter, iteration_probes, probe_loop_steps
-from pall_avalanche.requests import RequestSequence
+from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs.build import build_run
 from pall_avalanche.runs.engine import device_info, versions
@@ -265,8 +265,8 @@ def tinyimagenet(setting: CheckSetting) -> dict:
                                                    overrides.items()), "pall")
     from pall_avalanche.runs import run_record
 
-    requests = [{"kind": "learn", "task": t} for t in range(20)]
-    requests.append({"kind": "unlearn", "task": 7})
+    requests = [{"kind": RequestKind.LEARN.value, "task": t} for t in range(20)]
+    requests.append({"kind": RequestKind.UNLEARN.value, "task": 7})
     record = run_record("pall", 0, config, requests=requests, device=setting.device)
     seconds = record["timings"]["unlearn_seconds"]
     learned = [row[t] for t, row in enumerate(record["accuracy"][:20])]

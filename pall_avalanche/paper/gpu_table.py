@@ -96,6 +96,7 @@ def selection_milliseconds(column: Column, device: torch.device, *, repeats: int
     column's backbone (``topk_mask`` at α, per slice), per threshold method: the median of
     ``repeats`` synchronised timings after one warm-up."""
     config = column.config()
+    alpha = resolve_method_config(config, "pall")["alpha"]
     shape, n_classes = IMAGE_SHAPES[column.benchmark]
     net = build_model(config["model"], input_shape=shape, n_tasks=config["n_tasks"],
                       classes_per_task=n_classes // config["n_tasks"], per_task_tokens=True)
@@ -111,7 +112,7 @@ def selection_milliseconds(column: Column, device: torch.device, *, repeats: int
             _synchronize(device)
             start = time.perf_counter()
             for scores, n_slices in layers:
-                topk_mask(scores, config["alpha"], n_slices, method)
+                topk_mask(scores, alpha, n_slices, method)
             _synchronize(device)
             times.append(time.perf_counter() - start)
         out[method] = 1e3 * statistics.median(times[1:])

@@ -21,17 +21,17 @@ import pandas as pd
 
 from pall_avalanche.catalog import method_label
 from pall_avalanche.cli import (
-    FLAG_KEYS,
     Parser,
     add_run_arguments,
     config_from_args,
+    flag_keys,
     parse_methods,
     parse_run_arguments,
     run_options,
 )
-from pall_avalanche.config import CONFIG_DIR, parse_override
+from pall_avalanche.config import CONFIG_DIR, parse_override, resolve_method_config
 from pall_avalanche.exit_codes import RunsLeftOut, program_name
-from pall_avalanche.reports import FAILED_MARK, learning_failed, provenance, write_report
+from pall_avalanche.reports import FAILED_MARK, provenance, record_failed_learning, write_report
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.spec import plan
 from pall_avalanche.runs.wandb_logging import WandbSettings, default_group, log_table
@@ -105,6 +105,11 @@ class ScriptRun:
     def n_tasks(self) -> int:
         return int(self.config["n_tasks"])
 
+    def value(self, key: str, method: str = "pall") -> Any:
+        """``key``'s value in ``method``'s resolved configuration (a method key such as
+        ``alpha`` is its default unless the configuration sets it)."""
+        return resolve_method_config(self.config, method)[key]
+
     def pick(self, methods: Sequence[str]) -> list[str]:
         """``methods`` restricted to (and in the order of) those the user selected."""
         return [m for m in methods if m in self.methods]
@@ -133,7 +138,7 @@ def start_script(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
     args = parse_run_arguments(parser, argv)
     methods = parse_methods(args.methods)
     config, seeds, requests = config_from_args(args, CONFIG_DIR)
-    explicit = {key for flag, key in FLAG_KEYS.items() if getattr(args, flag, None) is not None}
+    explicit = {key for flag, key in flag_keys().items() if getattr(args, flag, None) is not None}
     explicit |= {parse_override(text)[0] for text in args.overrides}
     for text in args.overrides:
         key = parse_override(text)[0]
@@ -231,7 +236,8 @@ def finish(run: ScriptRun, records: Sequence[dict]) -> None:
 def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
     """One line for the end of a script: how many records were run and reused, the best mean
     A_l, where the exact methods' A_u sits against chance and how many records failed a
-    learning check (:func:`~pall_avalanche.reports.learning_failed`; named only when some did).
+    learning check (:func:`~pall_avalanche.reports.record_failed_learning`; named only when
+    some did).
     """
     parts = [f"ran {stats.get('ran', 0)}, reused {stats.get('reused', 0)} records"]
     settings: dict[str, set] = {}
@@ -256,7 +262,7 @@ def closing_summary(stats: Mapping[str, int], records: Sequence[dict]) -> str:
         values = [r["metrics"]["A_u"] for r in exact]
         parts.append(f"exact methods' A_u {sum(values) / len(values):.1f} % on average vs "
                      f"chance {chance:.1f} %")
-    failed = sum(learning_failed(r) for r in records)
+    failed = sum(record_failed_learning(r) for r in records)
     if failed:
         parts.append(f"{failed} of {len(records)} records left a task at chance right after "
                      f"learning it ({FAILED_MARK} in the table; see learning_checks)")

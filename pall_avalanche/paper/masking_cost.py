@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pall_avalanche.catalog import BENCHMARK_INFO
-from pall_avalanche.config import for_benchmark
+from pall_avalanche.config import for_benchmark, resolve_method_config
 from pall_avalanche.data import image_benchmark
 from pall_avalanche.models import build_model
 from pall_avalanche.requests.streams import UnlearnExperience
@@ -144,5 +144,6 @@ def measure_masking(*, batch_size: int, iterations: int, warmup: int, tasks: int
     where = (torch.cuda.get_device_name(device) if device.type == "cuda"
              else f"cpu, {torch.get_num_threads()} thread(s)")
     return {"medians": medians, "ratio": ratio, "clock": clock, "where": where,
-            "unlearn_seconds": unlearn_seconds, "n_retrain_iters": config["n_retrain_iters"],
+            "unlearn_seconds": unlearn_seconds,
+            "n_retrain_iters": resolve_method_config(config, "pall")["n_retrain_iters"],
             "mask_bytes_per_task": per_task_bytes, "mask_disk_bytes_per_task": disk_per_task}

@@ -61,7 +61,7 @@ def run_variant(batch_norm: bool, refresh: bool, *, seed: int, epochs: int,
     import torch
 
     from pall_avalanche.data import build_benchmark
-    from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
+    from pall_avalanche.evaluation import compute_metrics, request_evaluator
     from pall_avalanche.requests.streams import RequestStream
     from pall_avalanche.strategies import PALL
 
@@ -77,7 +77,7 @@ def run_variant(batch_norm: bool, refresh: bool, *, seed: int, epochs: int,
                     evaluator=request_evaluator(benchmark.test_stream, 32))
     for exp in RequestStream(benchmark, requests):
         strategy.train(exp, drop_last=True)     # BatchNorm cannot train on a last batch of 1
-    rows = [result["accuracy"] for result in request_log_of(strategy.evaluator).results]
+    rows = strategy.request_log.accuracy
     metrics = compute_metrics(rows, requests)
     return {name: metrics[name] for name in METRICS}
 

@@ -66,7 +66,7 @@ def main(argv=None) -> None:
              "exact methods filled, chance dashed)", *left_out_notes(run)]
     if "pall" in run.methods:
         notes.insert(0, f"PALL α = {', '.join(f'{a:g}' for a in alphas)}; the other methods "
-                        f"with the configuration (WSN: α = {config['alpha']:g})")
+                        f"with the configuration (WSN: α = {run.value('alpha', 'wsn'):g})")
     preamble = provenance(records, title=title, command=run.command, notes=notes,
                           changed=run.explicit)
     markdown = write_report(Path(run.args.report_dir) / stem, preamble=preamble, numbers=frame,

@@ -48,7 +48,7 @@ def main(argv=None) -> str:
         run, records, name=NAME, numbers=frame, cells=cells,
         title=f"Table A3 — buffer selection for PALL ({run.config['benchmark']}, "
               f"T={run.n_tasks})",
-        notes=[f"PALL α = {run.config['alpha']:g}, buffer {run.config['buffer_size']}"])
+        notes=[f"PALL α = {run.value('alpha'):g}, buffer {run.value('buffer_size')}"])
 
 
 def cli(argv=None) -> None:

@@ -38,7 +38,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
         title=f"Table A5 — ER (Retraining) vs PALL ({run.config['benchmark']}, T={run.n_tasks})",
-        notes=[f"PALL α = {run.config['alpha']:g}; ER (Retraining) retrains "
+        notes=[f"PALL α = {run.value('alpha'):g}; ER (Retraining) retrains "
                f"{retrain_epochs} epochs on the remaining buffers after each unlearning "
                "request"])
 

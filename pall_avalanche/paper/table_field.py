@@ -26,6 +26,7 @@ table_field_<benchmark>.{md,csv,tex} beside the records (--out) or into --report
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ import pandas as pd
 
 from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHODS
 from pall_avalanche.cli import run_options
-from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics, t_interval
+from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics
+from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import finish_report, script_parser, start_script
 from pall_avalanche.reports import format_mean_std, format_table, summary_frame
@@ -129,9 +131,11 @@ def main(argv=None) -> str:
     extra["request_seconds"] = lambda r: float(np.mean(
         [t["seconds"] for t in r["timings"]["per_request"]]))
     frame = summary_frame(records, ("point", "method"), extra=extra)
-    intervals = [t_interval([r["field"]["tow"] for r in records
-                             if (r["point"], r["method"]) == (row.point, row.method)])
-                 for row in frame.itertuples()]
+    tows = [[r["field"]["tow"] for r in records
+             if (r["point"], r["method"]) == (row.point, row.method)
+             and r["field"]["tow"] is not None and not math.isnan(r["field"]["tow"])]
+            for row in frame.itertuples()]
+    intervals = [t_interval(values) if len(values) > 1 else None for values in tows]
     frame["tow_low"] = [None if i is None else i[1] for i in intervals]
     frame["tow_high"] = [None if i is None else i[2] for i in intervals]
     frame["audit_verdict"] = [verdicts.get(m, "") for m in frame["method"]]
@@ -141,7 +145,7 @@ def main(argv=None) -> str:
         notes=[f"Protocols: {PAPER} (every task temporary) and {CLPU} (unlearnable_age = "
                f"{age}); per method, protocol and seed a retrained and a never-unlearned "
                "reference run (docs/fidelity.md, \"The field\")",
-               f"PALL α = {run.config['alpha']:g}; mean ± std over seeds; ToW mean [95 % "
+               f"PALL α = {run.value('alpha'):g}; mean ± std over seeds; ToW mean [95 % "
                "t-interval]; DD: feature distance of the unlearned tasks' backbone features "
                "to the retrained reference; AG: accuracy gain of the remaining tasks over the "
                "never-unlearned reference (points)",
@@ -163,6 +167,8 @@ def _cells(frame: pd.DataFrame, audited: bool) -> pd.DataFrame:
     def tow(row) -> str:
         if pd.isna(row["tow_mean"]):
             return "—"
+        if row["tow_low"] is None or pd.isna(row["tow_low"]):      # one seed: no interval
+            return f"{row['tow_mean']:.3f}"
         return f"{row['tow_mean']:.3f} [{row['tow_low']:.3f}, {row['tow_high']:.3f}]"
 
     cells = format_table(frame, {"A_l": "A_l", "A_u": "A_u", "F_l": "F_l", "F_u": "F_u"},

@@ -38,7 +38,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
         title=f"Table A1 — impact of N_f ({run.config['benchmark']}, T={run.n_tasks})",
-        notes=[f"PALL α = {run.config['alpha']:g}"])
+        notes=[f"PALL α = {run.value('alpha'):g}"])
 
 
 def cli(argv=None) -> None:

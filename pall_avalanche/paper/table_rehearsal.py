@@ -54,7 +54,7 @@ def main(argv=None) -> str:
     cells = format_table(frame, {"exact": "Exact unlearning", "A_l": "A_l ↑", "F_l": "F_l ↓",
                                  "F_u": "F_u ↓", "seeds": "Seeds"},
                          index={"memory": "Episodic memory", "row": "Method"})
-    notes = [f"PALL α = {run.config['alpha']:g}"]
+    notes = [f"PALL α = {run.value('alpha'):g}"]
     if digits and run.args.buffer_sizes is None:
         notes.append(f"Buffer grid scaled down for digits: {list(DIGITS_BUFFERS)} instead of "
                      f"the paper's {list(PAPER_BUFFERS)} (digits tasks have ~290 training "

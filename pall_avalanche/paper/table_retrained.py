@@ -62,7 +62,7 @@ def main(argv=None) -> str:
     return finish_report(
         run, records, name=NAME, numbers=frame, cells=cells,
         title=f"Table A2 — retrained parameters ({run.config['benchmark']}, T={run.n_tasks})",
-        notes=[f"PALL α = {run.config['alpha']:g}; mean ± std over every unlearning request of "
+        notes=[f"PALL α = {run.value('alpha'):g}; mean ± std over every unlearning request of "
                "every seed"])
 
 

@@ -52,7 +52,7 @@ def main(argv=None) -> str:
     frame["T"] = [f"T={t}" for t in frame["n_tasks"]]
     cells = format_table(frame, {"A_l": "A_l ↑", "F_u": "F_u ↓"},
                          index={"row": "Method", "T": "T"})
-    notes = [f"PALL N_f = {run.config['n_retrain_iters']}, α = "
+    notes = [f"PALL N_f = {run.value('n_retrain_iters')}, α = "
              + (", ".join(f"{a:g}" for a in run.args.alphas) if run.args.alphas else "1/T")]
     if run.config["benchmark"] == "digits":
         notes.append("digits has 10 classes, so T=5 is the largest T: the paper's T=40/100 "

@@ -30,7 +30,7 @@ from pall_avalanche.reports import (
     request_timings,
     summary_frame,
 )
-from pall_avalanche.requests import Request, RequestSequence
+from pall_avalanche.requests import Request, RequestKind, RequestSequence
 
 NAME = "table_timing"
 
@@ -39,8 +39,9 @@ def timing_sequence(n_tasks: int) -> RequestSequence:
     """L0, L1, U0, L2, …, L_{T-1}: the fixed sequence of the paper's timing table."""
     if n_tasks < 2:
         raise ValueError(f"the timing sequence needs n_tasks >= 2, got {n_tasks}")
-    requests = [Request("learn", 0), Request("learn", 1), Request("unlearn", 0)]
-    requests += [Request("learn", t) for t in range(2, n_tasks)]
+    requests = [Request(RequestKind.LEARN, 0), Request(RequestKind.LEARN, 1),
+                Request(RequestKind.UNLEARN, 0)]
+    requests += [Request(RequestKind.LEARN, t) for t in range(2, n_tasks)]
     return RequestSequence(requests, n_tasks)
 
 
@@ -69,7 +70,7 @@ def main(argv=None) -> str:
               f"T={run.n_tasks})",
         notes=["Sequence L0, L1, U0, L2, …; learning = request L1 (seconds per epoch), "
                "unlearning = request U0 (total seconds); ratios to Sequential in the same run",
-               f"PALL α = {run.config['alpha']:g}, N_f = {run.config['n_retrain_iters']}"],
+               f"PALL α = {run.value('alpha'):g}, N_f = {run.value('n_retrain_iters')}"],
         figures={"": lambda path: plot_timing_vs_tasks(records, path)})
 
 

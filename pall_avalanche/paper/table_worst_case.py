@@ -51,7 +51,7 @@ def main(argv=None) -> str:
         run, records, name=NAME, numbers=frame, cells=cells,
         title=f"Table A8 — worst case across seeds ({run.config['benchmark']}, "
               f"T={run.n_tasks})",
-        notes=[f"PALL α = {run.config['alpha']:g}; A_l^min = min over seeds of each seed's "
+        notes=[f"PALL α = {run.value('alpha'):g}; A_l^min = min over seeds of each seed's "
                "A_l; F_u^max = mean ± std over seeds of each seed's F_u^max (the largest drop "
                "of a remaining task's accuracy at any of its unlearning requests), as the "
                "paper's Table A8"])

@@ -16,7 +16,7 @@ command line).
   :func:`plot_timing_vs_tasks`, :func:`plot_table1`; each writes a PNG and returns its
   (closed) matplotlib Figure, whose artists hold what was drawn.
 - Failed learning is never averaged silently: a row with records whose learning check failed
-  (:func:`learning_failed`: a task left at chance right after it was learned) counts them in
+  (:func:`record_failed_learning`: a task left at chance right after it was learned) counts them in
   ``learning_failed`` (a CSV column), carries ``†k/n`` in its A_l cell (or its label when the
   table shows no A_l) with a legend line saying what it means, and its figure points are
   ringed in red with ``†k/n`` in their legend label.
@@ -31,9 +31,9 @@ from pall_avalanche.reports.aggregate import (
     chance_by_benchmark,
     failed_mark,
     label_rows,
-    learning_failed,
     load_records,
     model_size_symbol,
+    record_failed_learning,
     request_timings,
     summary_frame,
     table1_frame,
@@ -70,7 +70,7 @@ __all__ = [
     "format_mean_std",
     "format_table",
     "label_rows",
-    "learning_failed",
+    "record_failed_learning",
     "load_records",
     "main",
     "model_size_symbol",

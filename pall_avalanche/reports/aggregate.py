@@ -1,7 +1,7 @@
 """Aggregation, torch-free: result records → frames. :func:`summary_frame` groups records
 (by method, sweep point, any key) and gives mean, std and worst cases of every metric, the
 strategy's per-request statistics, timings, model size and the records whose learning check
-failed (:func:`learning_failed`); :func:`table1_frame` is its Table 1 view (PALL once per α);
+failed (:func:`record_failed_learning`); :func:`table1_frame` is its Table 1 view (PALL once per α);
 :func:`load_records` reads every record under results folders."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pall_avalanche.catalog import ABLATION_METHODS, METHOD_INFO, TABLE1_METHODS
 from pall_avalanche.config import config_hash
 from pall_avalanche.evaluation.metrics import METRIC_NAMES, summarize_metrics
 from pall_avalanche.files import CorruptFileError, RunWarning, load_record
+from pall_avalanche.requests import RequestKind
 
 #: The mark of a row with records whose learning check failed: ``†k/n`` (:func:`failed_mark`).
 FAILED_MARK = "†"
@@ -48,7 +49,7 @@ def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
 
 
-def learning_failed(record: Mapping) -> bool:
+def record_failed_learning(record: Mapping) -> bool:
     """Whether a learning request of ``record`` left its task at chance (a ``failed`` entry of
     its ``learning_checks``)."""
     return any(check.get("failed") for check in record.get("learning_checks") or ())
@@ -64,8 +65,8 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
                   ) -> pd.DataFrame:
     """One row per group of records (``by``: record fields or configuration keys), in order
     of first appearance: ``label``, ``exact``, ``seeds``, ``learning_failed`` (the
-    records failing a learning check: :func:`learning_failed`), ``<metric>_mean/_std`` of every
-    metric, ``A_l_min`` (the worst seed's A_l), ``<stat>_mean/_std``
+    records failing a learning check: :func:`record_failed_learning`), ``<metric>_mean/_std``
+    of every metric, ``A_l_min`` (the worst seed's A_l), ``<stat>_mean/_std``
     of the strategy's per-request unlearning statistics (pooled over requests and seeds),
     ``<timing>_mean/_std`` and the largest inference ``model_size_mb``.
 
@@ -83,7 +84,7 @@ def summary_frame(records: Iterable[dict], by: Sequence[str] = ("method",), *,
         row["label"] = method_label(runs[0]["method"])
         row["exact"] = bool(runs[0].get("exact", False))
         row["seeds"] = len(runs)
-        row["learning_failed"] = sum(learning_failed(r) for r in runs)
+        row["learning_failed"] = sum(record_failed_learning(r) for r in runs)
         summary = summarize_metrics(r["metrics"] for r in runs)
         del summary["n_runs"]
         row.update(summary)
@@ -167,7 +168,7 @@ def request_timings(record: Mapping, learn_index: int, unlearn_index: int
         raise ValueError(f"request indices {learn_index}, {unlearn_index} outside the "
                          f"{len(timings)} requests of the record")
     learn, unlearn = timings[learn_index], timings[unlearn_index]
-    if learn["kind"] != "learn" or unlearn["kind"] != "unlearn":
+    if learn["kind"] != RequestKind.LEARN or unlearn["kind"] != RequestKind.UNLEARN:
         raise ValueError(f"request {learn_index} is {learn['kind']!r} and request "
                          f"{unlearn_index} is {unlearn['kind']!r}; expected learn and unlearn")
     return float(learn["seconds_per_epoch"]), float(unlearn["seconds"])

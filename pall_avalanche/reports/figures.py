@@ -16,7 +16,7 @@ from pall_avalanche.catalog import METHOD_INFO, method_label
 from pall_avalanche.files import write_atomic
 from pall_avalanche.reports.aggregate import FAILED_MARK, failed_mark, table1_points
 from pall_avalanche.reports.render import COLUMNS
-from pall_avalanche.requests import Request
+from pall_avalanche.requests import Request, RequestKind
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -177,7 +177,7 @@ def plot_timing_vs_tasks(records: Sequence[dict], path: str | Path, title: str =
     by_method: dict[str, list[list[float]]] = {}
     for record in records:
         learn = [t["seconds_per_epoch"] for t in record["timings"]["per_request"]
-                 if t["kind"] == "learn"]
+                 if t["kind"] == RequestKind.LEARN]
         by_method.setdefault(record["method"], []).append(learn)
     for method, runs in by_method.items():
         length = min(len(r) for r in runs)

@@ -15,22 +15,18 @@ all-temporary sequence keeps the form it always had).
 
 from pall_avalanche.requests.generate import generate_requests
 from pall_avalanche.requests.sequence import (
-    LEARN,
-    MAKE_PERMANENT,
     REQUEST_KINDS,
-    UNLEARN,
     InvalidRequestSequence,
     Request,
+    RequestKind,
     RequestSequence,
 )
 
 __all__ = [
-    "LEARN",
-    "MAKE_PERMANENT",
-    "UNLEARN",
+    "REQUEST_KINDS",
     "InvalidRequestSequence",
     "Request",
-    "REQUEST_KINDS",
+    "RequestKind",
     "RequestSequence",
     "generate_requests",
 ]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import random
 
 from pall_avalanche.requests.sequence import (
-    LEARN,
-    UNLEARN,
     InvalidRequestSequence,
     Request,
+    RequestKind,
     RequestSequence,
-    _learning,
-    _make_permanent,
-    _permanent_at,
+    insert_make_permanent,
+    learning_position,
+    permanent_position,
 )
 
 
@@ -64,7 +63,8 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int,
             f"n_unlearn={n_unlearn} with unlearnable_age=0: every task is learned "
             "permanently, so none can be unlearned; use n_unlearn=0 or unlearnable_age >= 1")
     rng = random.Random(seed)
-    sequence = [Request(LEARN, t, permanent=unlearnable_age == 0) for t in range(n_tasks)]
+    sequence = [Request(RequestKind.LEARN, t, permanent=unlearnable_age == 0)
+                for t in range(n_tasks)]
     undrawn = list(range(n_tasks))
     drawn = []
     for _ in range(n_unlearn):
@@ -73,9 +73,9 @@ def generate_requests(n_tasks: int, n_unlearn: int, seed: int,
         drawn.append(task)
 
     for task in drawn:
-        end = _permanent_at(sequence, task, unlearnable_age)
-        position = rng.choice(range(_learning(sequence, task) + 1,
+        end = permanent_position(sequence, task, unlearnable_age)
+        position = rng.choice(range(learning_position(sequence, task) + 1,
                                     len(sequence) + 1 if end is None else end + 1))
-        sequence.insert(position, Request(UNLEARN, task))
-    _make_permanent(sequence, sorted(set(range(n_tasks)) - set(drawn)), unlearnable_age)
+        sequence.insert(position, Request(RequestKind.UNLEARN, task))
+    insert_make_permanent(sequence, sorted(set(range(n_tasks)) - set(drawn)), unlearnable_age)
     return RequestSequence(sequence, n_tasks)

@@ -11,22 +11,33 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Literal, overload
+from typing import overload
 
 import numpy as np
 
-#: The kind of a request that learns a task.
-LEARN: Literal["learn"] = "learn"
-#: The kind of a request that unlearns a task.
-UNLEARN: Literal["unlearn"] = "unlearn"
-#: The kind of a request that makes a learned task permanent.
-MAKE_PERMANENT: Literal["make_permanent"] = "make_permanent"
-#: The kinds of request, the one definition (:mod:`pall_avalanche.core` uses it too).
-REQUEST_KINDS = (LEARN, UNLEARN, MAKE_PERMANENT)
+
+class RequestKind(str, Enum):
+    """The kinds of request. A member is the string it stands for (``RequestKind.LEARN ==
+    "learn"``), so records, JSON files and messages hold the plain strings."""
+
+    #: learns a task (temporarily, or permanently: :attr:`Request.permanent`)
+    LEARN = "learn"
+    #: unlearns a task
+    UNLEARN = "unlearn"
+    #: makes a learned, temporary task permanent (the CLPU protocol)
+    MAKE_PERMANENT = "make_permanent"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The kinds of request, in order.
+REQUEST_KINDS = tuple(RequestKind)
 #: The letter of each request in the string form (``L3``; a permanent learning request
 #: ``P3``).
-_LETTERS = {LEARN: "L", UNLEARN: "U", MAKE_PERMANENT: "M"}
+_LETTERS = {RequestKind.LEARN: "L", RequestKind.UNLEARN: "U", RequestKind.MAKE_PERMANENT: "M"}
 
 
 class InvalidRequestSequence(ValueError):
@@ -39,7 +50,7 @@ class Request:
     ``task`` a task id from 0; ``permanent`` marks a learning request whose task can never be
     unlearned (CLPU's ``R`` of a new task)."""
 
-    kind: Literal["learn", "unlearn", "make_permanent"]
+    kind: RequestKind
     task: int
     permanent: bool = False
 
@@ -47,39 +58,40 @@ class Request:
         if self.kind not in REQUEST_KINDS:
             raise InvalidRequestSequence(
                 f"unknown request kind {self.kind!r}; valid kinds are "
-                + ", ".join(map(repr, REQUEST_KINDS)))
+                + ", ".join(repr(k.value) for k in RequestKind))
+        object.__setattr__(self, "kind", RequestKind(self.kind))
         if isinstance(self.task, bool) or not isinstance(self.task, (int, np.integer)):
             raise InvalidRequestSequence(
                 f"task id {self.task!r} is not an integer; task ids are 0, 1, ..."
             )
         if not isinstance(self.permanent, bool):
             raise InvalidRequestSequence(f"permanent={self.permanent!r} must be true or false")
-        if self.permanent and self.kind != LEARN:
+        if self.permanent and self.kind != RequestKind.LEARN:
             raise InvalidRequestSequence(
-                f"only a learning request can be permanent, not {self.kind!r} (make a learned "
-                "task permanent with kind 'make_permanent')")
+                f"only a learning request can be permanent, not {self.kind.value!r} (make a "
+                "learned task permanent with kind 'make_permanent')")
         object.__setattr__(self, "task", int(self.task))
 
     @property
     def is_learn(self) -> bool:
         """Whether the request learns its task (temporarily or permanently)."""
-        return self.kind == LEARN
+        return self.kind == RequestKind.LEARN
 
     @property
     def is_unlearn(self) -> bool:
         """Whether the request unlearns its task."""
-        return self.kind == UNLEARN
+        return self.kind == RequestKind.UNLEARN
 
     @property
     def makes_permanent(self) -> bool:
         """Whether the task is permanent after this request (a permanent learning request or
         a ``make_permanent`` one)."""
-        return self.permanent or self.kind == MAKE_PERMANENT
+        return self.permanent or self.kind == RequestKind.MAKE_PERMANENT
 
     def to_dict(self) -> dict:
         """``{"kind": ..., "task": ...}``, the JSON form of a request (a permanent learning
         request adds ``"permanent": True``)."""
-        out = {"kind": self.kind, "task": self.task}
+        out = {"kind": self.kind.value, "task": self.task}
         if self.permanent:
             out["permanent"] = True
         return out
@@ -95,8 +107,9 @@ class Request:
             token, "LPUM", "L<task> (learn), P<task> (learn permanently), U<task> (unlearn) "
             "or M<task> (make permanent), e.g. L0 or U2")
         if letter == "P":
-            return cls(LEARN, task, permanent=True)
-        return cls({"L": LEARN, "U": UNLEARN, "M": MAKE_PERMANENT}[letter], task)
+            return cls(RequestKind.LEARN, task, permanent=True)
+        return cls({"L": RequestKind.LEARN, "U": RequestKind.UNLEARN,
+                    "M": RequestKind.MAKE_PERMANENT}[letter], task)
 
 
 class RequestSequence(Sequence[Request]):
@@ -176,7 +189,7 @@ class RequestSequence(Sequence[Request]):
         permanent where that protocol makes every other task permanent (right before the
         learning request of task + age, if there is one)."""
         kept = [r for r in self._requests if not r.is_unlearn]
-        _make_permanent(kept, self.unlearned_tasks, unlearnable_age)
+        insert_make_permanent(kept, self.unlearned_tasks, unlearnable_age)
         return RequestSequence(kept, self.n_tasks)
 
     def to_list(self) -> list[dict]:
@@ -209,11 +222,11 @@ class RequestSequence(Sequence[Request]):
                 token, "RTF", "R<task> (remember), T<task> (learn temporarily) or F<task> "
                 "(forget), e.g. R0 T1 F1")
             if letter == "F":
-                requests.append(Request(UNLEARN, task))
+                requests.append(Request(RequestKind.UNLEARN, task))
             elif letter == "R" and task in learned:
-                requests.append(Request(MAKE_PERMANENT, task))
+                requests.append(Request(RequestKind.MAKE_PERMANENT, task))
             else:
-                requests.append(Request(LEARN, task, permanent=letter == "R"))
+                requests.append(Request(RequestKind.LEARN, task, permanent=letter == "R"))
                 learned.add(task)
         return cls(requests, n_tasks)
 
@@ -321,21 +334,24 @@ def _validate(requests: Sequence[Request], n_tasks: int) -> None:
             permanent[r.task] = i
 
 
-def _learning(sequence: Sequence[Request], task: int) -> int | None:
-    """The position of ``task``'s learning request (``None``: not learned)."""
+def learning_position(sequence: Sequence[Request], task: int) -> int | None:
+    """The position of ``task``'s learning request in ``sequence`` (``None``: not learned).
+    With :func:`permanent_position` and :func:`insert_make_permanent`, the placement of the CLPU
+    protocol's make-permanent requests that :meth:`RequestSequence.without_unlearning` and
+    :func:`~pall_avalanche.requests.generate_requests` share."""
     return next((i for i, r in enumerate(sequence) if r.is_learn and r.task == task), None)
 
 
-def _permanent_at(sequence: Sequence[Request], task: int, age: int | None) -> int | None:
+def permanent_position(sequence: Sequence[Request], task: int, age: int | None) -> int | None:
     """Where ``task`` becomes permanent under ``unlearnable_age`` ``age``: the position of the
     learning request of task + age (``None``: it stays temporary)."""
-    return _learning(sequence, task + age) if age else None
+    return learning_position(sequence, task + age) if age else None
 
 
-def _make_permanent(sequence: list[Request], tasks: Iterable[int], age: int | None) -> None:
+def insert_make_permanent(sequence: list[Request], tasks: Iterable[int], age: int | None) -> None:
     """Insert, in place, the ``make_permanent`` request of each of ``tasks`` where
-    :func:`_permanent_at` puts it (right before the learning request of task + age)."""
+    :func:`permanent_position` puts it (right before the learning request of task + age)."""
     for task in tasks:
-        at = _permanent_at(sequence, task, age)
+        at = permanent_position(sequence, task, age)
         if at is not None:
-            sequence.insert(at, Request(MAKE_PERMANENT, task))
+            sequence.insert(at, Request(RequestKind.MAKE_PERMANENT, task))

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pall_avalanche.core import RequestLog
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import RequestLog, request_evaluator, request_log_of
+from pall_avalanche.evaluation import request_evaluator
 from pall_avalanche.models import build_model
 from pall_avalanche.strategies.base import UnlearningTemplate
 from pall_avalanche.strategies.registry import METHODS, build_strategy
@@ -66,8 +67,8 @@ def seed_everything(seed: int) -> None:
 
 @dataclass(frozen=True)
 class BuiltRun:
-    """A run's parts: its benchmark, its strategy (model inside) and the request log its
-    evaluator keeps (``None`` when it was built without measurement)."""
+    """A run's parts: its benchmark, its strategy (model inside) and the strategy's request
+    log, measured by its evaluator (``None`` when it was built without measurement)."""
 
     benchmark: Any
     strategy: UnlearningTemplate
@@ -113,4 +114,4 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
                  if measured else None)
     strategy = build_strategy(method, model=model, config=config, device=device,
                               plugins=plugins, evaluator=evaluator)
-    return BuiltRun(benchmark, strategy, request_log_of(strategy.evaluator) if measured else None)
+    return BuiltRun(benchmark, strategy, strategy.request_log if measured else None)

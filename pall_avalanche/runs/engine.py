@@ -28,11 +28,8 @@ from pall_avalanche.checkpoint import (
     load_checkpoint,
     restore_rng_state,
 )
-from pall_avalanche.evaluation import (
-    RequestLog,
-    compute_metrics,
-    model_size_mb,
-)
+from pall_avalanche.core import RequestLog
+from pall_avalanche.evaluation import compute_metrics, model_size_mb
 from pall_avalanche.extensions import provenance as extension_provenance
 from pall_avalanche.files import (
     CorruptFileError,
@@ -41,7 +38,7 @@ from pall_avalanche.files import (
     set_aside,
     write_json_atomic,
 )
-from pall_avalanche.requests import RequestSequence
+from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs.build import NondeterministicOperation, build_run, seed_everything
 from pall_avalanche.runs.spec import RunSpec, probe_modules
@@ -137,8 +134,8 @@ def _record(run: _Run) -> dict:
     """The record of a finished run (:data:`RECORD_FORMAT`)."""
     spec, log, strategy = run.spec, run.log, run.strategy
     sequence = spec.sequence
-    learn = [t["seconds_per_epoch"] for t in log.timings if t["kind"] == "learn"]
-    unlearn = [t["seconds"] for t in log.timings if t["kind"] == "unlearn"]
+    learn = [t["seconds_per_epoch"] for t in log.timings if t["kind"] == RequestKind.LEARN]
+    unlearn = [t["seconds"] for t in log.timings if t["kind"] == RequestKind.UNLEARN]
     extra = {"probe": run.probe.finish(strategy, run.benchmark)} if run.probe else {}
     if spec.train_seed is not None:
         extra["train_seed"] = spec.train_seed

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pall_avalanche.config import config_hash
-from pall_avalanche.requests import Request
+from pall_avalanche.requests import Request, RequestKind
 
 if TYPE_CHECKING:
     from pall_avalanche.core import RequestResult
@@ -233,7 +233,7 @@ class WandbRun:
         timing = result.timing()
         data: dict[str, Any] = {
             "request/kind": result.kind, "request/task": result.task,
-            "request/is_unlearn": int(result.kind == "unlearn"),
+            "request/is_unlearn": int(result.kind == RequestKind.UNLEARN),
             "time/seconds": result.seconds, "model_size_mb": result.model_size_mb,
         }
         if timing.get("seconds_per_epoch") is not None:

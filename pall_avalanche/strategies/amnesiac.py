@@ -30,22 +30,24 @@ import torch
 from avalanche.core import BasePlugin
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.rehearsal import ReplayObjective
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import EWC
 from pall_avalanche.strategies.lwf import LwF
 from pall_avalanche.strategies.replay import DERpp, LearningReplayPlugin, ReplayTemplate
 from pall_avalanche.strategies.sequential import Sequential
+from pall_avalanche.strategies.shared_keys import (
+    BETA,
+    BUFFER_SIZE,
+    EWC_LAMBDA,
+    LWF_ALPHA,
+    LWF_TEMPERATURE,
+    positive,
+)
 
-__all__ = [
-    "AmnesiacDER",
-    "AmnesiacDERpp",
-    "AmnesiacEWC",
-    "AmnesiacLwF",
-    "AmnesiacPlugin",
-    "AmnesiacSequential",
-    "AmnesiacUnlearning",
-]
+__all__ = ["DECLARATIONS", "AmnesiacDER", "AmnesiacDERpp", "AmnesiacEWC", "AmnesiacLwF",
+           "AmnesiacPlugin", "AmnesiacSequential", "AmnesiacUnlearning"]
 
 
 def learned_state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -227,3 +229,17 @@ class AmnesiacDERpp(AmnesiacUnlearning, DERpp):
     def _unlearn(self, task: int) -> None:
         super()._unlearn(task)
         self.memory.drop(task)
+
+
+DECLARATIONS = (
+    Method("amnesiac_sequential", AmnesiacSequential, exact=False, label="Amnesiac Sequential"),
+    Method("amnesiac_ewc", AmnesiacEWC, exact=False, label="Amnesiac EWC",
+           keys={"ewc_lambda": EWC_LAMBDA}),
+    Method("amnesiac_lwf", AmnesiacLwF, exact=False, label="Amnesiac LwF",
+           keys={"lwf_alpha": LWF_ALPHA, "lwf_temperature": LWF_TEMPERATURE}),
+    # DER's only replay term is β times the logit MSE: β > 0
+    Method("amnesiac_der", AmnesiacDER, exact=False, label="Amnesiac DER",
+           keys={"buffer_size": BUFFER_SIZE, "beta": positive(BETA)}),
+    Method("amnesiac_derpp", AmnesiacDERpp, exact=False, label="Amnesiac DER++",
+           keys={"buffer_size": BUFFER_SIZE, "beta": BETA}),
+)

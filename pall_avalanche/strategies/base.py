@@ -5,15 +5,20 @@
 out with ``unlearn(task)``, which fires the plugin events ``before_unlearning`` and
 ``after_unlearning`` around the method's own ``_unlearn`` step, so metrics, loggers and
 method plugins react to unlearning like to any other event. It is composed, as Avalanche
-composes its templates, of rooms with one concern each (:mod:`pall_avalanche.strategies.
-template`): the request lifecycle, task routing, optimisation, speed options and state.
+composes its templates, of mixin classes with one concern each (:mod:`pall_avalanche.
+strategies.template`): the request lifecycle, task routing, optimisation, speed options and
+state.
 
-Every request ends in one event, ``after_request(strategy, result)``, fired once the request
-is over (every plugin of it done) with its :class:`~pall_avalanche.core.RequestResult`: the
-request's measurement (:func:`~pall_avalanche.evaluation.unlearning_metrics` in the
-evaluator, which hands it over with :meth:`UnlearningTemplate.request_measured`) plus the
-method's own :meth:`UnlearningTemplate.request_statistics`. Records, checkpoints, W&B and
-the audit subscribe to it.
+``train`` is the template's own request loop: it dispatches each request (a learning
+experience to Avalanche's per-experience steps, an unlearning or make-permanent request to
+``unlearn`` or ``make_permanent``), and every request ends in one event,
+``after_request(strategy, result)``, fired once the request is over (every plugin of it done)
+with its :class:`~pall_avalanche.core.RequestResult`, which the loop also adds to
+:attr:`UnlearningTemplate.request_log`: the request's measurement when the evaluator has
+:func:`~pall_avalanche.evaluation.unlearning_metrics` (handed over with
+:meth:`UnlearningTemplate.request_measured`), else what the loop knows by itself, plus the
+method's own :meth:`UnlearningTemplate.request_statistics`. Records, checkpoints, W&B and the
+audit subscribe to it.
 
 A diverged request never reaches ``after_request``: the template raises
 :class:`~pall_avalanche.core.DivergedError` (naming the request, the epoch and what is not
@@ -44,14 +49,13 @@ Conventions shared by all methods (docs/fidelity.md, "Baselines"):
 
 from __future__ import annotations
 
-import torch
 from avalanche.training.templates import SupervisedTemplate
 from torch import nn
 from torch.optim import Optimizer
 
 from pall_avalanche.catalog import DENSE_SIZE
 from pall_avalanche.checkpoint import Stateful
-from pall_avalanche.core import DivergedError, RequestResult, UnlearningPlugin
+from pall_avalanche.core import DivergedError, UnlearningPlugin
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.models.multitask import MultiHeadNet, TaskIncrementalRequired, adapt_model
 from pall_avalanche.strategies.template.lifecycle import CurrentRequest, RequestLifecycle
@@ -111,19 +115,15 @@ class UnlearningTemplate(RequestLifecycle, Permanence, TaskRouting, Optimization
 
     PLUGIN_CLASS = UnlearningPlugin
     checkpoint_attributes = ("active_tasks", "permanent_tasks", "made_permanent",
-                             "clock.train_iterations", "clock.train_exp_counter",
-                             "clock.total_iterations")
+                             "request_log.results", "clock.train_iterations",
+                             "clock.train_exp_counter", "clock.total_iterations")
     #: Whether the method wants per-task token parameters in backbones that have them
     #: (ViT's CLS token and positional embedding; docs/fidelity.md, "Models").
     per_task_tokens: bool = False
     #: Table 1's symbolic model size (one of
     #: :data:`~pall_avalanche.catalog.registration.MODEL_SIZES`), read when the class is
-    #: registered (:func:`~pall_avalanche.catalog.register_method`).
+    #: declared (:class:`~pall_avalanche.catalog.Method`).
     table_size: str = DENSE_SIZE
-    #: Whether the method takes the ``mask_threshold`` speed option (the subnetwork methods:
-    #: :class:`~pall_avalanche.strategies.subnetwork.SubnetworkStrategy`), which
-    #: :func:`~pall_avalanche.strategies.registry.build_strategy` then passes on.
-    takes_mask_threshold: bool = False
 
     def __init__(self, *, model: nn.Module, optimizer: Optimizer,
                  criterion: nn.Module | None = None, lr_schedule: str = "constant",
@@ -146,7 +146,4 @@ class UnlearningTemplate(RequestLifecycle, Permanence, TaskRouting, Optimization
         self.speed.check_model(self.model)
         self.active_tasks: list[int] = []
         self.permanent_tasks: list[int] = []
-        self._statistics: dict = {}
-        self._measured: tuple[RequestResult, object] | None = None
-        #: Whether every training loss of the epoch in progress was finite (on the device).
-        self._loss_finite: torch.Tensor | None = None
+

@@ -27,6 +27,7 @@ from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import nn
 
 from pall_avalanche.catalog import CLPU_SIZE
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.grouped import forward_groups, stack_groups
 from pall_avalanche.models.init import reinitialize_
@@ -34,8 +35,9 @@ from pall_avalanche.models.multihead import forward_by_task
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+from pall_avalanche.strategies.shared_keys import BETA, BUFFER_SIZE
 
-__all__ = ["CLPUDERpp", "CLPUNetworks", "PermanentReplayPlugin"]
+__all__ = ["DECLARATIONS", "CLPUDERpp", "CLPUNetworks", "PermanentReplayPlugin"]
 
 
 class CLPUNetworks(MultiTaskModule):
@@ -236,3 +238,7 @@ class CLPUDERpp(UnlearningTemplate):
         """
         side = len(self.model.side) if n_tasks is None else n_tasks
         return (1 + side) * count_parameters(self.model.main), 0
+
+
+DECLARATIONS = (Method("clpu_derpp", CLPUDERpp, exact=True, label="CLPU-DER++",
+                  keys={"buffer_size": BUFFER_SIZE, "beta": BETA}),)

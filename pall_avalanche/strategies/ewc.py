@@ -29,9 +29,11 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+from pall_avalanche.strategies.shared_keys import EWC_LAMBDA
 
-__all__ = ["EWC", "TaskEWCPlugin", "fisher_diagonal"]
+__all__ = ["EWC", "DECLARATIONS", "TaskEWCPlugin", "fisher_diagonal"]
 
 
 def check_non_negative(**values: float) -> None:
@@ -200,3 +202,6 @@ class EWC(UnlearningTemplate):
         plugins = [ewc, *(kwargs.pop("plugins", None) or [])]
         super().__init__(plugins=plugins, **kwargs)
         self.ewc = ewc
+
+
+DECLARATIONS = (Method("ewc", EWC, exact=False, label="EWC", keys={"ewc_lambda": EWC_LAMBDA}),)

@@ -19,10 +19,8 @@ batches of every epoch, s_b = 1/s_max + (s_max − 1/s_max)(b − 1)/(B − 1) (
 mask 1[σ(s_max·e^t) > ½] = 1[e^t > 0] (CLArena's ``te_to_binary_mask``): t's inference runs
 with them, and a sample of a task without an embedding (never learned, or unlearned) runs the
 ungated network. Every sample goes through its own task's gates, also in a mixed-task
-mini-batch.
-
-**Training** (:class:`HAT`), per mini-batch of task t, with a^{<t} the union (max) of the
-active tasks' binary masks:
+mini-batch. **Training** (:class:`HAT`), per mini-batch of task t, with a^{<t} the union
+(max) of the active tasks' binary masks:
 
 - loss = CE + c · Σ_i a_i^t (1 − a_i^{<t}) / Σ_i (1 − a_i^{<t}) over the units of all layers
   (:func:`~pall_avalanche.masks.attention.attention_regulariser`, Eq. 5; c = ``lamb``, 0.75);
@@ -39,9 +37,7 @@ active tasks' binary masks:
   (``thres_emb``).
 
 The reference's validation-based learning-rate patience and best-model restoring are not
-kept: the harness's learning-rate schedules and optimizer (the configuration's) apply, as to
-every method.
-
+kept: the configuration's learning-rate schedule and optimizer apply, as to every method.
 **Unlearning.** HAT has none; :class:`HAT` (inexact) deletes t's embedding, which releases
 its units from a^{<t} (later tasks may train them), and re-draws t's head (its classes
 forgotten); what t's data wrote into the shared weights stays. :class:`AmnesiacHAT` keeps
@@ -56,6 +52,7 @@ import torch
 from torch import nn
 
 from pall_avalanche.catalog import EMBEDDING_SIZE
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.masks.attention import (
     HATNet,
@@ -69,7 +66,7 @@ from pall_avalanche.models.grouped import group_losses
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["COMPENSATE_ORDERS", "AmnesiacHAT", "HAT"]
+__all__ = ["COMPENSATE_ORDERS", "HAT", "HAT_KEYS", "DECLARATIONS", "AmnesiacHAT"]
 
 #: The order in which AmnesiacHAT compensates the tasks learned after the unlearned one
 #: (CLArena's ``compensate_order``): oldest first, or newest first.
@@ -113,14 +110,12 @@ class HAT(UnlearningTemplate):
         net = model if isinstance(model, HATNet) else HATNet(
             task_network(model, kwargs.get("n_tasks")))
         super().__init__(model=net, optimizer=optimizer, **kwargs)
-        self.s_max = float(s_max)
-        self.lamb = float(lamb)
-        self.thres_cosh = float(thres_cosh)
-        self.thres_emb = float(thres_emb)
-        self.clipgrad = float(clipgrad)
-        # the learning request's: the network's trained parameters by name, those with
-        # frozen entries paired with their 0/1 trainable entries, the tensors trained whole,
-        # the embedding, a^{<t} and the batches of the epoch
+        self.s_max, self.lamb = float(s_max), float(lamb)
+        self.thres_cosh, self.thres_emb, self.clipgrad = (float(thres_cosh), float(thres_emb),
+                                                          float(clipgrad))
+        # the learning request's: the trained parameters by name, those with frozen entries
+        # paired with their 0/1 trainable entries, the tensors trained whole, the embedding,
+        # a^{<t} and the batches of the epoch
         self._trained: dict[str, nn.Parameter] = {}
         self._masked: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._whole: list[torch.Tensor] = []
@@ -386,9 +381,19 @@ class AmnesiacHAT(HAT):
         for stored in self.backups.values():
             stored.pop(task, None)
         net.remove_embedding(task)
-        self._statistics = {"compensated_tasks": list(later), "compensated_entries": entries}
+        self.record_statistics(compensated_tasks=list(later), compensated_entries=entries)
 
     def _make_permanent(self, task: int) -> None:
         """Free Δθ_t, t's backup initialisation and its backups: t is never unlearned."""
         del self.updates[task], self.before[task]
         self.backups.pop(task, None)
+
+
+#: HAT's keys, at the values of the HAT paper and its reference code (``joansj/hat``).
+HAT_KEYS = {"s_max": Key(400.0, "HAT's largest gate scale s (the scale at test time)", low=1),
+            "lamb": Key(0.75, "c, the weight of HAT's attention regulariser", low=0)}
+DECLARATIONS = (Method("hat", HAT, exact=False, label="HAT", keys=HAT_KEYS),
+                Method("amnesiac_hat", AmnesiacHAT, exact=False, label="Amnesiac HAT", keys={
+                    **HAT_KEYS, "compensate_order": Key(
+                        "forward", "the order in which the remaining tasks' backups are "
+                        "compensated", choices=COMPENSATE_ORDERS)}))

@@ -10,13 +10,14 @@ from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import nn
 
 from pall_avalanche.catalog import INDEPENDENT_SIZE
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multihead import forward_by_task
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["Independent", "IndependentModels"]
+__all__ = ["DECLARATIONS", "Independent", "IndependentModels"]
 
 
 class IndependentModels(MultiTaskModule):
@@ -134,3 +135,6 @@ class Independent(UnlearningTemplate):
         if n_tasks is None:
             return count_parameters(self.model.task_models), 0
         return n_tasks * count_parameters(self.model.untrained), 0
+
+
+DECLARATIONS = (Method("independent", Independent, exact=True, label="Independent"),)

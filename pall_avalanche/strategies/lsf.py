@@ -29,12 +29,19 @@ import torch
 from avalanche.models.utils import avalanche_forward
 from torch.nn import functional as F
 
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.rehearsal import uniform_target
 from pall_avalanche.strategies.ewc import TaskEWCPlugin, check_non_negative
 from pall_avalanche.strategies.lwf import LwF
+from pall_avalanche.strategies.shared_keys import (
+    EWC_LAMBDA,
+    LWF_ALPHA,
+    LWF_TEMPERATURE,
+    N_RETRAIN_ITERS,
+)
 
-__all__ = ["LSF"]
+__all__ = ["LSF", "DECLARATIONS"]
 
 
 class LSF(LwF):
@@ -173,3 +180,11 @@ class LSF(LwF):
         self.optimization_steps(param_groups, self.n_retrain_iters, loss)
         del self.codes[task], self.code_classes[task]
         self.lwf.lwf.set_previous_model(self.model)
+
+
+DECLARATIONS = (Method("lsf", LSF, exact=False, label="LSF",
+                  keys={"ewc_lambda": EWC_LAMBDA, "lwf_alpha": LWF_ALPHA,
+                        "lwf_temperature": LWF_TEMPERATURE,
+                        "lsf_gamma": Key(10.0, "γ of LSF's mnemonic-code terms (the paper's "
+                                         "default)", low=0),
+                        "n_retrain_iters": N_RETRAIN_ITERS}),)

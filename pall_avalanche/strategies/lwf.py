@@ -31,14 +31,17 @@ from avalanche.training.regularization import LearningWithoutForgetting
 from torch import nn
 from torch.nn import functional as F
 
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.masks import mask_gradients_
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.models.grouped import forward_groups
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.ewc import check_non_negative
+from pall_avalanche.strategies.shared_keys import LWF_ALPHA, LWF_TEMPERATURE
 
-__all__ = ["ActiveTaskLwF", "HeadWarmupTemplate", "LwF", "TaskLwFPlugin", "task_logits"]
+__all__ = ["DECLARATIONS", "ActiveTaskLwF", "HeadWarmupTemplate", "LwF", "TaskLwFPlugin",
+           "task_logits"]
 
 
 def task_logits(model: nn.Module, x: torch.Tensor, tasks: Sequence[int]) -> torch.Tensor:
@@ -259,3 +262,7 @@ class LwF(HeadWarmupTemplate):
         if state["has_teacher"] and self.lwf.lwf.prev_model is None:
             self.lwf.lwf.set_previous_model(self.model.to(self.device))
         super().restore_checkpoint_state(state)
+
+
+DECLARATIONS = (Method("lwf", LwF, exact=False, label="LwF",
+                  keys={"lwf_alpha": LWF_ALPHA, "lwf_temperature": LWF_TEMPERATURE}),)

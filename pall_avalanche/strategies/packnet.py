@@ -38,10 +38,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet, by_slice, slice_counts
+from pall_avalanche.strategies.shared_keys import MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, require_n_tasks
 
-__all__ = ["PackNet", "magnitude_keep_mask"]
+__all__ = ["DECLARATIONS", "PackNet", "magnitude_keep_mask"]
 
 
 def magnitude_keep_mask(weight: torch.Tensor, free: torch.Tensor,
@@ -138,3 +140,7 @@ class PackNet(SubnetworkStrategy):
         self.freezing.set_frozen(net, MaskSet.from_bool(own).complement())
         self.make_optimizer()
         self._pruned = True
+
+
+DECLARATIONS = (Method("packnet", PackNet, exact=False, label="PackNet",
+                  keys={"mask_threshold": MASK_THRESHOLD}),)

@@ -16,9 +16,18 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet
 from pall_avalanche.models import count_parameters
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
+from pall_avalanche.strategies.shared_keys import (
+    ALPHA,
+    BETA,
+    BUFFER_SELECTION,
+    BUFFER_SIZE,
+    MASK_THRESHOLD,
+    N_RETRAIN_ITERS,
+)
 from pall_avalanche.strategies.subnetwork import (
     SubnetworkStrategy,
     WeightResettingPlugin,
@@ -26,7 +35,7 @@ from pall_avalanche.strategies.subnetwork import (
     redraw_,
 )
 
-__all__ = ["PALL", "RetrainingLedger"]
+__all__ = ["DECLARATIONS", "PALL", "PALL_KEYS", "RetrainingLedger"]
 
 
 class RetrainingLedger:
@@ -245,10 +254,34 @@ class PALL(SubnetworkStrategy):
                        for (n, w), m in zip(net.named_weights(), retrain.bools().values(),
                                             strict=True)) / n_retrained
 
-        self._statistics.update({
-            "redrawn": forget.count(),
-            "retrained": n_retrained,
-            "retrained_fraction": n_retrained / self._dense_size(),
-            "retrained_mean_abs_change": mean_abs_change(redrawn),
-            "retrained_mean_abs_change_from_learned": mean_abs_change(before),
-        })
+        self.record_statistics(
+            redrawn=forget.count(),
+            retrained=n_retrained,
+            retrained_fraction=n_retrained / self._dense_size(),
+            retrained_mean_abs_change=mean_abs_change(redrawn),
+            retrained_mean_abs_change_from_learned=mean_abs_change(before),
+        )
+
+
+#: PALL's keys (its strategy's keyword arguments; :class:`PALL`'s docstring says more).
+PALL_KEYS = {
+    "alpha": ALPHA,
+    "n_retrain_iters": N_RETRAIN_ITERS,
+    "beta": BETA,
+    "buffer_size": BUFFER_SIZE,
+    "buffer_selection": BUFFER_SELECTION,
+    "strict_cascade": Key(False, "unlearning t also re-draws and retrains the own entries of "
+                          "every remaining task learned after t (a channel the paper's PALL "
+                          "leaves open)"),
+    "retrain_tokens": Key(True, "the retraining also trains the remaining tasks' own tokens "
+                          "(a ViT's; the reference) instead of keeping them frozen"),
+    "mask_threshold": MASK_THRESHOLD,
+}
+_PALL = Method("pall", PALL, exact=True, label="PALL", keys=PALL_KEYS)
+# strict variants for the exactness audit (docs/fidelity.md; docs/explanation/audit.md)
+DECLARATIONS = (
+    _PALL,
+    _PALL.variant("pall_beta0", "PALL (β=0)", beta=0.0),
+    _PALL.variant("pall_strict", "PALL (β=0, cascade)", beta=0.0, strict_cascade=True),
+    _PALL.variant("pall_frozen_tokens", "PALL (frozen tokens)", retrain_tokens=False),
+)

@@ -1,9 +1,8 @@
 """Methods by name: :data:`METHODS` gives each method of the catalog
-(:data:`~pall_avalanche.catalog.METHOD_INFO`, filled by
+(:data:`~pall_avalanche.catalog.METHOD_INFO`: the built-in declarations and a user's,
 :func:`~pall_avalanche.catalog.register_method`) with its strategy class loaded, so
 ``--methods pall,ewc`` is a lookup, and :func:`build_strategy` builds one from a resolved
-configuration. The built-in methods and a user's are registered the same way, once, in the
-catalog.
+configuration, passing each key the method declares.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from avalanche.core import BasePlugin
 from avalanche.training.plugins import EvaluationPlugin
 from torch import nn
 
-from pall_avalanche.catalog import METHOD_INFO, MethodInfo, load, register_method
-from pall_avalanche.config import method_keys
+from pall_avalanche.catalog import METHOD_INFO, Method, load, register_method
 from pall_avalanche.options import OPTIMIZERS
 from pall_avalanche.strategies.base import UnlearningTemplate
 
@@ -28,16 +26,16 @@ __all__ = ["METHODS", "MethodSpec", "build_strategy", "make_optimizer", "registe
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its description and its strategy class.
+    """A registered method: its declaration and its strategy class.
 
-    :param info: what the command line and reports know (exact, params, label, ...).
+    :param info: the declaration (name, exact, label, keys, ...).
     :param strategy: the strategy class.
     """
 
-    info: MethodInfo
+    info: Method
     strategy: type[UnlearningTemplate]
 
-    def __getattr__(self, name: str) -> Any:    # name, exact, params, label, optional, config
+    def __getattr__(self, name: str) -> Any:    # name, exact, label, keys, settings, size
         if name != "info" and hasattr(self.info, name):  # "info" not set yet: copying
             return getattr(self.info, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -90,25 +88,20 @@ def make_optimizer(config: Mapping, params, device: str | torch.device = "cpu"
 def build_strategy(name: str, *, model: nn.Module, config: Mapping,
                    plugins: Sequence[BasePlugin] = (), device: str | torch.device = "cpu",
                    evaluator: EvaluationPlugin | None = None) -> UnlearningTemplate:
-    """Build method ``name`` from a resolved configuration (see ``pall_avalanche/configs``);
-    the method's own keys (:func:`~pall_avalanche.config.method_keys`) are passed as keyword
-    arguments too, at their registered defaults where the configuration lacks them.
+    """Build method ``name`` from a resolved configuration (see ``pall_avalanche/configs``):
+    each key the method declares is passed as a keyword argument, from the configuration or,
+    where it lacks the key, at the method's value without one (its default or its variant's
+    setting: :meth:`~pall_avalanche.catalog.Method.values`).
 
     :param evaluator: the strategy's Avalanche evaluator; give
         :func:`~pall_avalanche.evaluation.request_evaluator` (or an ``EvaluationPlugin`` with
-        :func:`~pall_avalanche.evaluation.unlearning_metrics`) to have every request measured
-        and ``after_request`` fired. ``None``: an evaluator with no metrics and no loggers.
+        :func:`~pall_avalanche.evaluation.unlearning_metrics`) to have every request measured.
+        ``None``: an evaluator with no metrics and no loggers.
     """
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; valid methods are {sorted(METHODS)}")
     spec = METHODS[name]
-    missing = [k for k in spec.params if k not in config]
-    if missing:
-        raise ValueError(f"the configuration lacks {missing}, needed by method {name!r}")
-    # a speed option of the subnetwork methods (the same masks whichever way)
-    threshold = ({"mask_threshold": config["mask_threshold"]}
-                 if config.get("mask_threshold") is not None
-                 and spec.strategy.takes_mask_threshold else {})
+    keys = {k: config.get(k, value) for k, value in spec.info.values().items()}
     if evaluator is None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="No loggers specified")
@@ -127,8 +120,5 @@ def build_strategy(name: str, *, model: nn.Module, config: Mapping,
         device=device,
         plugins=list(plugins),
         evaluator=evaluator,
-        **{k: config[k] for k in spec.params},
-        **{k: config[k] for k in spec.optional if k in config},
-        **{k: config.get(k, spec.config[k]) for k in method_keys(name)},
-        **threshold,
+        **keys,
     )

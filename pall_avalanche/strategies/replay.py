@@ -29,22 +29,17 @@ import torch
 from avalanche.training.plugins import GEMPlugin
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.models.grouped import batchable, group_losses
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective, check_replay_settings
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
+from pall_avalanche.strategies.shared_keys import BETA, BUFFER_SIZE, N_RETRAIN_ITERS
 
-__all__ = [
-    "DERpp",
-    "ER",
-    "ERRetraining",
-    "GEM",
-    "LearningReplayPlugin",
-    "ReplayTemplate",
-    "TaskGEMPlugin",
-]
+__all__ = ["ER", "GEM", "DECLARATIONS", "DERpp", "ERRetraining", "LearningReplayPlugin",
+           "ReplayTemplate", "TaskGEMPlugin"]
 
 
 class LearningReplayPlugin(UnlearningPlugin):
@@ -305,3 +300,20 @@ class ERRetraining(ER):
             self.replay.steps(self, self.active_tasks,
                               param_groups=self.optimizer_param_groups(),
                               n_iters=self.retrain_steps())
+
+
+DECLARATIONS = (
+    Method("er", ER, exact=False, label="ER",
+           keys={"buffer_size": BUFFER_SIZE, "n_retrain_iters": N_RETRAIN_ITERS}),
+    Method("derpp", DERpp, exact=False, label="DER++",
+           keys={"buffer_size": BUFFER_SIZE, "n_retrain_iters": N_RETRAIN_ITERS, "beta": BETA}),
+    Method("gem", GEM, exact=False, label="GEM",
+           keys={"buffer_size": BUFFER_SIZE, "n_retrain_iters": N_RETRAIN_ITERS,
+                 "memory_strength": Key(0.5, "GEM's margin γ (Avalanche's and the GEM "
+                                        "paper's)", low=0)}),
+    Method("er_retrain", ERRetraining, exact=True, label="ER (Retraining)",
+           keys={"buffer_size": BUFFER_SIZE,
+                 "retrain_epochs": Key(20, "epochs over the remaining buffers after an "
+                                       "unlearning request (the paper gives none; as many "
+                                       "as S-CIFAR10's learning request)", low=0)}),
+)

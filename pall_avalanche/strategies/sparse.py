@@ -36,7 +36,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Method
 from pall_avalanche.masks import MaskSet, SubnetworkNet
+from pall_avalanche.strategies.shared_keys import MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import (
     SubnetworkStrategy,
     WeightResettingPlugin,
@@ -45,7 +47,7 @@ from pall_avalanche.strategies.subnetwork import (
     require_n_tasks,
 )
 
-__all__ = ["DynamicSparse", "IndependentSubnetworks", "StaticSparse", "share_sizes"]
+__all__ = ["DECLARATIONS", "DynamicSparse", "IndependentSubnetworks", "StaticSparse", "share_sizes"]
 
 
 def share_sizes(n: int, n_tasks: int) -> list[int]:
@@ -154,3 +156,11 @@ class DynamicSparse(IndependentSubnetworks):
         available = net.cumulative_mask(self.active_tasks).complement()
         net.start_learning(task, eligible=available,
                            keep=self.shares(learned_before))
+
+
+DECLARATIONS = (
+    Method("static_sparse", StaticSparse, exact=True, label="Static sparse (Ind.)",
+           keys={"mask_threshold": MASK_THRESHOLD}),
+    Method("dynamic_sparse", DynamicSparse, exact=True, label="Dynamic sparse (Ind.)",
+           keys={"mask_threshold": MASK_THRESHOLD}),
+)

@@ -184,7 +184,6 @@ class SubnetworkStrategy(UnlearningTemplate):
     """
 
     table_size = SUBNETWORK_SIZE
-    takes_mask_threshold = True
 
     per_task_tokens = True
     #: Whether a learning request optimises fresh scores (:meth:`SubnetworkNet.start_learning`).

@@ -34,12 +34,13 @@ from torch import nn
 from torch.optim import Optimizer
 
 from pall_avalanche.catalog import HYPERNETWORK_SIZE
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.hypernetwork import GeneratedNetwork, parse_widths
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["UnCLe", "noise_objective", "output_regulariser"]
+__all__ = ["DECLARATIONS", "UnCLe", "noise_objective", "output_regulariser"]
 
 
 def output_regulariser(generated: torch.Tensor, anchors: torch.Tensor,
@@ -203,7 +204,7 @@ class UnCLe(UnlearningTemplate):
 
         steps = self.unlearning_steps()
         self.optimization_steps([{"params": list(self.model.hnet.parameters())}], steps, loss)
-        self._statistics = {"unlearning_steps": steps}
+        self.record_statistics(unlearning_steps=steps)
 
     # ------------------------------------------------------------------ size
     def inference_size(self, n_tasks: int | None = None) -> tuple[int, int]:
@@ -216,3 +217,16 @@ class UnCLe(UnlearningTemplate):
         hnet = self.model.hnet
         return (count_parameters(hnet) + hnet.chunk_embeddings.numel()
                 + n * self.model.embedding_dim), 0
+
+
+#: UnCLe's keys, at the values of its reference code (``visprasadh/uncle``) where it has one.
+DECLARATIONS = (Method("uncle", UnCLe, exact=False, label="UnCLe", keys={
+    "hnet_hidden": Key("64,64", "the hypernetwork's hidden layer widths, comma-separated"),
+    "chunk_size": Key(2048, "the entries one chunk of the hypernetwork generates", low=1),
+    "embedding_dim": Key(32, "width of the task and chunk embeddings", low=1),
+    "beta_reg": Key(0.1, "β_reg, the weight of the output regulariser while learning", low=0),
+    "gamma_forget": Key(1.0, "γ, the weight of the noise objective while unlearning", low=0),
+    "unlearn_steps": Key(100, "the steps of the first unlearning request (later ones: ×0.9 "
+                         "each)", low=0),
+    "noise_samples": Key(10, "S, the noise draws averaged per unlearning step", low=1),
+}),)

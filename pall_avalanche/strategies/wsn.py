@@ -14,9 +14,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pall_avalanche.catalog.declaration import Method
+from pall_avalanche.strategies.shared_keys import ALPHA, MASK_THRESHOLD
 from pall_avalanche.strategies.subnetwork import SubnetworkStrategy, WeightResettingPlugin
 
-__all__ = ["WSN"]
+__all__ = ["DECLARATIONS", "WSN"]
 
 
 class WSN(SubnetworkStrategy):
@@ -52,3 +54,7 @@ class WSN(SubnetworkStrategy):
         # before the plugins run: the resetting plugin discards the scores
         self.carried_scores[:] = [s.detach().clone() for s in self.model.scores]
         super()._after_training_exp(**kwargs)
+
+
+DECLARATIONS = (Method("wsn", WSN, exact=False, label="WSN",
+                  keys={"alpha": ALPHA, "mask_threshold": MASK_THRESHOLD}),)

@@ -1,4 +1,4 @@
-"""The audit's calibration instruments (pall_avalanche.audit.leaky), entry by entry against
+"""The audit's calibration instruments (pall_avalanche.strategies.leaky), entry by entry against
 PALL on the same seed: the positive control changes nothing and keeps t frozen, the leaky
 variants keep exactly what they say, the provenance check catches them, and their oracle runs
 are PALL's."""

@@ -22,12 +22,12 @@ from pall_avalanche.audit import (
     oracle_sequence,
     roc_auc,
     run_audit,
-    t_interval,
 )
 from pall_avalanche.audit.oracle import not_learned, oracle_rows
 from pall_avalanche.audit.permutation import ridge_scores, seed_folds
 from pall_avalanche.catalog import AUDIT_CONTROL, AUDIT_LEAKS, method_label
 from pall_avalanche.config import for_benchmark, resolve_method_config
+from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.files import read_record
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.runs import run_record
@@ -150,7 +150,7 @@ def test_variants_resolve_to_their_options():
     assert resolve_method_config(AUDIT_CONFIG, "pall_strict")["beta"] == 0.0
     assert resolve_method_config(AUDIT_CONFIG, "pall_strict")["strict_cascade"] is True
     assert resolve_method_config(AUDIT_CONFIG, "pall_beta0")["beta"] == 0.0
-    assert "strict_cascade" not in resolve_method_config(AUDIT_CONFIG, "pall")
+    assert resolve_method_config(AUDIT_CONFIG, "pall")["strict_cascade"] is False
 
 
 # ------------------------------------------------------------------ provenance

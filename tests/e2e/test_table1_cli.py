@@ -16,7 +16,7 @@ import yaml
 from helpers import benchmark_script
 
 from pall_avalanche.checkpoint import load_checkpoint
-from pall_avalanche.config import apply_overrides, for_benchmark
+from pall_avalanche.config import apply_overrides, for_benchmark, resolve_method_config
 from pall_avalanche.data.synthetic import write_cifar10
 from pall_avalanche.files import read_record
 from pall_avalanche.runs import record_path
@@ -139,7 +139,7 @@ NO_CUDA = pytest.mark.skipif(
                  marks=NO_CUDA),
     (["--device", "gpu"], "--device gpu: not a torch device; valid: cpu, cuda"),
     (["--set", "alpha=nan"], "--set alpha=nan: alpha (α, per-layer connectivity of a task "
-                             "subnetwork (PALL, WSN)) must be a number in (0, 1], got 'nan'"),
+                             "subnetwork) must be a number in (0, 1], got 'nan'"),
     (["--set", "alpha=abc"], "must be a number in (0, 1], got 'abc'"),
     (["--config", "<YAML>"], "--config <YAML>: not valid YAML at line 3, column 1"),
     (["--set", "batch_size=0"], "--set batch_size=0: batch_size (training mini-batch size) "
@@ -151,7 +151,7 @@ NO_CUDA = pytest.mark.skipif(
                              "methods.<method>.<key>) must be a mapping, got 3"),
     (["--seeds", "-1"], "argument --seeds: '-1' is invalid; give an integer >= 0"),
     (["--methods", "sequential,pall", "--set", "alpha=0"],
-     "--set alpha=0: alpha (α, per-layer connectivity of a task subnetwork (PALL, WSN)) must "
+     "--set alpha=0: alpha (α, per-layer connectivity of a task subnetwork) must "
      "be in (0, 1], got 0"),
     (["--methods", "sequential,pall", "--set", "methods.pall.buffer_size=3"],
      "buffer_size=3 is invalid for 'pall': it gives 0 samples per task over 5 tasks"),
@@ -275,7 +275,9 @@ def test_cifar10_files_end_to_end_in_the_papers_layout(tmp_path, capsys):
     assert {r["benchmark"] for r in records} == {"cifar10"}
     assert sorted(r["config"]["alpha"] for r in records if r["method"] == "pall") == [
         0.05, 0.1, 0.2]
-    assert all(r["config"]["alpha"] == 0.2 for r in records if r["method"] != "pall")
+    # α is a key of PALL and WSN only: WSN at the configuration's 1/T, nobody else has one
+    assert [r["config"]["alpha"] for r in records if r["method"] == "wsn"] == [0.2]
+    assert not any("alpha" in r["config"] for r in records if r["method"] not in ("pall", "wsn"))
     assert all(r["config"]["model"] == "cnn" and r["split"]["input_shape"] == [3, 32, 32]
                for r in records)
     csv = (tmp_path / "rep" / "table1_cifar10.csv").read_text().splitlines()
@@ -297,7 +299,7 @@ def test_table1_alphas_match_the_alpha_sweep():
     assert tuple(sweep["parameters"]["alpha"]["values"]) == TABLE1_ALPHAS
     for benchmark in sweep["parameters"]["benchmark"]["values"]:
         config = for_benchmark(benchmark)
-        assert config["alpha"] == 1 / config["n_tasks"]           # every other table's α
+        assert resolve_method_config(config, "pall")["alpha"] == 1 / config["n_tasks"]
         for alpha in TABLE1_ALPHAS:
             assert (record_path("out", "pall", 0, apply_overrides(config, [("alpha", alpha)]))
                     == record_path("out", "pall", 0, apply_overrides(

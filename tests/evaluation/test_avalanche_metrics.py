@@ -15,7 +15,7 @@ from helpers import seq
 
 from pall_avalanche.core import UnlearningPlugin
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import compute_metrics, request_log_of, unlearning_metrics
+from pall_avalanche.evaluation import compute_metrics, unlearning_metrics
 from pall_avalanche.models import build_model
 from pall_avalanche.requests import generate_requests
 from pall_avalanche.requests.streams import RequestStream
@@ -58,7 +58,7 @@ def test_a_users_evaluator_and_logger_show_the_papers_metrics():
     strategy.eval(bm.test_stream)
     values = evaluator.get_all_metrics()
     last = len(requests) - 1
-    assert request_log_of(evaluator).accuracy == reference.accuracy   # the records' source
+    assert strategy.request_log.accuracy == reference.accuracy   # the records' source
     expected = compute_metrics(reference.accuracy, requests)
     for name in ("A_l", "A_u", "F_l", "F_u", "F_u_max"):
         xs, ys = values[f"UnlearningMetrics/{name}"]

@@ -13,9 +13,9 @@ from pall_avalanche.evaluation.field import (
     feature_distance,
     field_metrics,
     linear_cka,
-    t_interval,
     tug_of_war,
 )
+from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.evaluation.references import FieldProbe, ReferenceMetrics
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs import run_record
@@ -63,7 +63,6 @@ def test_accuracy_gain_tow_and_interval_by_hand():
     mean, low, high = t_interval([1.0, 2.0, 4.0])
     half = 4.302652729911275 * np.std([1, 2, 4], ddof=1) / math.sqrt(3)   # t_{0.975, 2}
     assert (mean, low, high) == pytest.approx((7 / 3, 7 / 3 - half, 7 / 3 + half))
-    assert t_interval([2.0]) == (2.0, 2.0, 2.0) and t_interval([]) is None
 
 
 def _probe(features: dict, train: dict, test: dict) -> dict:

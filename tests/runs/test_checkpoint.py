@@ -22,7 +22,7 @@ from pall_avalanche.checkpoint import (
     save_checkpoint,
 )
 from pall_avalanche.cli import add_run_arguments, run_options
-from pall_avalanche.config import AUTO_MIN_RUNS, CPU_RUN_THREADS
+from pall_avalanche.config import AUTO_MIN_RUNS, CONFIG_KEYS, CPU_RUN_THREADS
 from pall_avalanche.files import RunWarning, read_record
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.runs import checkpoint_path, record_path, run_experiments, run_record
@@ -95,8 +95,7 @@ def test_twice_killed_run_and_checkpoint_contents(tmp_path):
     assert state["requests_done"] == 3 and state["resumed_after"] == [1]
     strategy = state["strategy"]["strategy"]
     assert strategy["active_tasks"] == [1] and strategy["clock.train_exp_counter"] == 2
-    results = next(v["log.results"] for k, v in state["strategy"]["plugins"].items()
-                   if k.endswith(".UnlearningMetrics"))
+    results = strategy["request_log.results"]
     assert [(r["kind"], r["task"]) for r in results] == [("learn", 0), ("learn", 1),
                                                          ("unlearn", 0)]
     assert results[2]["statistics"]["redrawn"] > 0 and results[0]["statistics"] == {}
@@ -290,7 +289,9 @@ def test_a_records_hash_is_its_folder_also_with_replayed_requests_and_training_s
     import json
 
     config = {**CONFIG, "methods": {"sequential": {"epochs": 1}}}
-    resolved = {k: v for k, v in config.items() if k not in ("methods", "seeds")}
+    # Sequential declares no key of its own: its configuration is the run keys
+    resolved = {k: v for k, v in config.items()
+                if k in CONFIG_KEYS and k not in ("methods", "seeds")}
     runs = [({}, {}), ({"requests": REQUESTS}, {"requests": REQUESTS.to_list()}),
             ({"train_seed_offset": 100}, {"train_seed": 100})]
     for kwargs, extra in runs:

@@ -129,7 +129,7 @@ def test_a_probe_s_module_is_part_of_a_record_s_code():
 #: registry that names the methods (the package's ``__init__`` counts with its own text only).
 INFRASTRUCTURE = {"pall_avalanche.strategies", "pall_avalanche.strategies.base",
                   "pall_avalanche.strategies.registry", "pall_avalanche.strategies.template",
-                  *(f"pall_avalanche.strategies.template.{room}" for room in (
+                  *(f"pall_avalanche.strategies.template.{part}" for part in (
                       "lifecycle", "optimization", "permanence", "routing", "speed", "state"))}
 PACKAGE = Path(fingerprint.__file__).resolve().parent.parent
 
@@ -152,7 +152,8 @@ def test_the_runner_imports_no_method_s_strategy():
     # the catalog names every strategy as "pall_avalanche.strategies.pall:PALL": not followed
     assert "pall_avalanche.catalog" in closure
     assert strategies(module_closure((*ENGINE, *run_modules("pall")))) - INFRASTRUCTURE == {
-        "pall_avalanche.strategies.pall", "pall_avalanche.strategies.subnetwork"}
+        "pall_avalanche.strategies.pall", "pall_avalanche.strategies.subnetwork",
+        "pall_avalanche.strategies.shared_keys"}
     assert strategies(module_closure((*ENGINE, *run_modules("sequential")))) - INFRASTRUCTURE \
         == {"pall_avalanche.strategies.sequential"}
 

@@ -11,7 +11,7 @@ from avalanche.benchmarks import nc_benchmark
 from avalanche.evaluation.metrics import accuracy_metrics
 from avalanche.models import MTSimpleMLP, MultiHeadClassifier, SimpleMLP, as_multitask
 from avalanche.training.plugins import EvaluationPlugin, ReplayPlugin
-from helpers import BUILT_IN_METHODS, FAST_CONFIG, default_suite_subset
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, default_suite_subset, method_kwargs
 from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -67,8 +67,7 @@ def build(method: str, model: nn.Module, *, n_tasks: int | None = None, plugins=
         train_mb_size=32, train_epochs=config["epochs"], eval_mb_size=64,
         n_tasks=n_tasks if n_tasks is not None or method not in NEEDS_T else 4,
         plugins=list(plugins), eval_every=eval_every, **kwargs,
-        **{k: config[k] for k in spec.params},
-        **{k: config[k] for k in spec.optional if k in config})
+        **method_kwargs(method, config))
 
 
 @torch.no_grad()
@@ -224,7 +223,7 @@ def test_methods_that_split_layers_over_t_need_it_with_a_growing_model():
         with pytest.raises(ValueError, match=r"splits every layer over the T tasks a priori.*"
                            r"pass n_tasks=T") as err:
             spec.strategy(model=model, optimizer=make_optimizer(config, model.parameters()),
-                          **{k: config[k] for k in spec.params})
+                          **method_kwargs(method, config))
         assert "\n" not in str(err.value)
 
 

@@ -20,11 +20,11 @@ from avalanche.models import (
     SimpleMLP,
     as_multitask,
 )
-from helpers import BUILT_IN_METHODS, FAST_CONFIG, predictions, seq
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, method_kwargs, predictions, seq
 from torch import nn
 
 from pall_avalanche.data import build_benchmark
-from pall_avalanche.evaluation import compute_metrics, request_evaluator, request_log_of
+from pall_avalanche.evaluation import compute_metrics, request_evaluator
 from pall_avalanche.models import TaskIncrementalNet
 from pall_avalanche.requests.streams import RequestStream
 from pall_avalanche.strategies import METHODS, PALL, PackNet, Sequential, make_optimizer
@@ -43,9 +43,8 @@ def run_strategy(method: str, model: nn.Module, *, n_tasks: int | None = T, **ov
         train_mb_size=config["batch_size"], train_epochs=config["epochs"],
         eval_mb_size=config["eval_batch_size"], n_tasks=n_tasks,
         evaluator=request_evaluator(bm.test_stream, config["eval_batch_size"]),
-        **{k: config[k] for k in spec.params},
-        **{k: config[k] for k in spec.optional if k in config})
-    return strategy, bm, request_log_of(strategy.evaluator)
+        **method_kwargs(method, config))
+    return strategy, bm, strategy.request_log
 
 
 def avalanche_model(kind: str) -> MultiTaskModule:

@@ -40,7 +40,7 @@ def test_registry_and_config_files():
     for path in sorted(CONFIGS.glob("*.yaml")):
         for method in REPLAY:
             config = resolve_method_config(load_config(path), method)
-            assert all(k in config for k in METHODS[method].params), (path.name, method)
+            assert all(k in config for k in METHODS[method].keys), (path.name, method)
             if path.stem.startswith("cifar"):
                 assert config["lr"] == 0.001                  # paper appendix
     gem = resolve_method_config(for_benchmark("cifar10"), "gem")

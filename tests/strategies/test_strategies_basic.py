@@ -172,6 +172,39 @@ def test_record_model_size_is_the_most_the_method_can_reach(method):
         assert max(record["model_size_mb_per_request"]) < record["model_size_mb"]
 
 
+class Results(UnlearningPlugin):
+    def __init__(self):
+        super().__init__()
+        self.results = []
+
+    def after_request(self, strategy, result, **kwargs):
+        self.results.append(result)
+
+
+def test_after_request_fires_without_an_evaluator_and_the_loop_keeps_the_log():
+    """A strategy whose evaluator measures nothing (Avalanche's default) still ends every
+    request in after_request, with what the loop knows, and logs it; one ``train`` call
+    carries out a whole list of requests in order."""
+    from pall_avalanche.data import build_benchmark
+    from pall_avalanche.models import build_model
+    from pall_avalanche.strategies import build_strategy
+
+    bm = build_benchmark("digits", seed=0, train_per_task=40)
+    model = build_model("mlp", input_shape=bm.split.input_shape, n_tasks=5, classes_per_task=2)
+    results = Results()
+    strategy = build_strategy("sequential", model=model, config={**FAST_CONFIG, "epochs": 1},
+                              plugins=[results])
+    strategy.train(list(RequestStream(bm, seq("L0 L1 U0 L2"))))
+    assert [(r.index, r.kind, r.task, r.active_tasks) for r in results.results] == [
+        (0, "learn", 0, (0,)), (1, "learn", 1, (0, 1)), (2, "unlearn", 0, (1,)),
+        (3, "learn", 2, (1, 2))]
+    assert not any(r.measured for r in results.results)
+    assert all(r.seconds > 0 and r.model_size_mb is None for r in results.results)
+    assert strategy.request_log.requests == [("learn", 0), ("learn", 1), ("unlearn", 0),
+                                             ("learn", 2)]
+    assert strategy.request_log.accuracy == [[], [], [], []]
+
+
 def test_a_finite_run_raises_nothing_and_counts_its_requests():
     """PALL (learning epochs, unlearning with retraining steps) on a sane learning rate: no
     divergence, every request ends in after_request, and the template's request count

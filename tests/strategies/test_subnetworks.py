@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import make_strategy, predictions, seeded_redraw, seq, spy_before
 
+from pall_avalanche.catalog import Method
 from pall_avalanche.evaluation import compute_metrics
 from pall_avalanche.masks import HEAD, MaskSet, SubnetworkNet, restricted_topk_mask
 from pall_avalanche.models import build_model
@@ -33,12 +34,13 @@ def counts(mask: MaskSet) -> dict[str, int]:
 
 
 def test_registry_entries():
-    expected = {"packnet": ("PackNet", False, ()), "wsn": ("WSN", False, ("alpha",)),
-                "static_sparse": ("Static sparse (Ind.)", True, ()),
-                "dynamic_sparse": ("Dynamic sparse (Ind.)", True, ())}
-    for name, (label, exact, params) in expected.items():
+    expected = {"packnet": ("PackNet", False, ("mask_threshold",)),
+                "wsn": ("WSN", False, ("alpha", "mask_threshold")),
+                "static_sparse": ("Static sparse (Ind.)", True, ("mask_threshold",)),
+                "dynamic_sparse": ("Dynamic sparse (Ind.)", True, ("mask_threshold",))}
+    for name, (label, exact, keys) in expected.items():
         spec = METHODS[name]
-        assert (spec.label, spec.exact, spec.params) == (label, exact, params)
+        assert (spec.label, spec.exact, tuple(spec.keys)) == (label, exact, keys)
         assert spec.strategy.per_task_tokens
 
 
@@ -193,7 +195,7 @@ def test_subnetwork_strategies_refuse_what_they_would_silently_get_wrong():
         PALL(model=shared_tokens, optimizer=sgd, alpha=0.2, buffer_size=10)
     with pytest.raises(ValueError, match=r"method 'pall' is already registered "
                                          r"\(pall_avalanche.strategies.pall:PALL\)"):
-        register_method("pall", PALL, exact=True)
+        register_method(Method("pall", PALL, exact=True))
 
 
 def test_dynamic_sparse_refuses_a_sixth_learning_request():

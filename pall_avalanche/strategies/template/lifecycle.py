@@ -6,25 +6,30 @@ Learning requests are Avalanche's training experiences (one marked ``permanent``
 ``unlearn(task)``, which fires ``before_unlearning`` and ``after_unlearning`` around the
 method's own ``_unlearn``, and a :class:`~pall_avalanche.requests.streams.
 MakePermanentExperience` by ``make_permanent(task)`` (:mod:`.permanence`). A permanent task
-is never unlearned: such a request is refused before anything runs. Every request ends in one
-event, ``after_request(strategy, result)``, fired once the request is over (every plugin of it
-done) with its :class:`~pall_avalanche.core.RequestResult`; a diverged request raises
+is never unlearned: such a request is refused before anything runs. :meth:`RequestLifecycle.
+train` is the loop that dispatches the requests. Every request ends in one event,
+``after_request(strategy, result)``, fired once the request is over (every plugin of it done)
+with its :class:`~pall_avalanche.core.RequestResult`, which the loop also adds to
+:attr:`RequestLifecycle.request_log`, evaluator or not; a diverged request raises
 :class:`~pall_avalanche.core.DivergedError` instead. :attr:`RequestLifecycle.current_request`
-is the request in progress (or the last one), the one place that knows it.
+is the request in progress (or the last one).
 """
 
 from __future__ import annotations
 
+import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from avalanche.benchmarks.scenarios.generic_scenario import CLExperience
+from avalanche.training.templates.base import _group_experiences_by_stream
 from avalanche.training.utils import trigger_plugins
 
-from pall_avalanche.core import DivergedError, RequestResult
+from pall_avalanche.core import DivergedError, RequestLog, RequestResult
 from pall_avalanche.models.multitask import TaskIncrementalRequired
+from pall_avalanche.requests import RequestKind
 from pall_avalanche.requests.streams import (
     DatalessExperience,
     MakePermanentExperience,
@@ -36,11 +41,10 @@ __all__ = ["CurrentRequest", "RequestLifecycle", "and_finite", "check_dataless"]
 
 
 class CurrentRequest(NamedTuple):
-    """A request of the sequence: its position (0-based), its kind (``"learn"``,
-    ``"unlearn"`` or ``"make_permanent"``) and its task."""
+    """A request of the sequence: its position (0-based), its kind and its task."""
 
     index: int
-    kind: str
+    kind: RequestKind
     task: int
 
 
@@ -89,10 +93,23 @@ def check_dataless(task: int, unlearn: bool, active: Sequence[int],
 
 class RequestLifecycle:
     """Learning, unlearning and permanence requests, their one ending event and divergence
-    checks."""
+    checks. For the template's other parts and the methods it provides :meth:`start_request`,
+    :meth:`end_request`, :meth:`diverged` and :meth:`record_statistics`
+    (:class:`~pall_avalanche.strategies.template.TemplateParts`)."""
+
+    def __init__(self, **kwargs) -> None:
+        self.request_log = RequestLog()
+        self._statistics: dict = {}
+        self._measured: RequestResult | None = None
+        self._request_started = 0.0
+        #: Whether every training loss of the epoch in progress was finite (on the device).
+        self._loss_finite: torch.Tensor | None = None
+        super().__init__(**kwargs)
 
     #: The request in progress, or the last one (``None`` before the first).
     current_request: CurrentRequest | None = None
+    #: Every finished request's result, in order (the loop's log; checkpointed).
+    request_log: RequestLog
     #: The permanent tasks, in the order they became permanent (:mod:`.permanence`).
     permanent_tasks: list[int]
     #: Tasks made permanent by a ``make_permanent`` request (not learned permanently).
@@ -101,31 +118,43 @@ class RequestLifecycle:
     learning_permanently: bool = False
 
     def train(self, experiences: CLExperience | Iterable[CLExperience],
-              eval_streams=None, **kwargs):
-        """Process learning experiences and unlearning requests in order, as Avalanche's
-        ``train``: ``before_training`` and ``after_training`` fire once per call, and the
-        periodic evaluation (``eval_every``) evaluates ``eval_streams``, by default the
-        learning experiences of the call. The whole list is checked before anything trains
-        (:meth:`check_requests`)."""
+              eval_streams=None, **kwargs) -> dict:
+        """Carry out the requests in order and return the evaluator's last metrics, as
+        Avalanche's ``train`` does for learning experiences. This is the template's own
+        request loop: Avalanche's loop (``BaseTemplate.train``) knows only experiences with
+        data, so this one repeats its set-up and dispatches each request itself — a learning
+        experience to Avalanche's per-experience steps (``_before_training_exp``,
+        ``_train_exp``, ``_after_training_exp``), an unlearning request to :meth:`unlearn`, a
+        make-permanent request to :meth:`make_permanent`. ``before_training`` and
+        ``after_training`` fire once per call; the periodic evaluation (``eval_every``)
+        evaluates ``eval_streams``, by default the call's learning experiences. The whole list
+        is checked before anything trains (:meth:`check_requests`)."""
         batch = [experiences] if isinstance(experiences, CLExperience) else list(experiences)
         self.check_requests(batch)
         if eval_streams is None:
             eval_streams = [[exp for exp in batch if not isinstance(exp, DatalessExperience)]]
-        return super().train(self._learning_experiences(batch), eval_streams, **kwargs)
-
-    def _learning_experiences(self, batch: Sequence[CLExperience]) -> Iterator[CLExperience]:
-        """The learning experiences of ``batch`` for Avalanche's training loop; an
-        unlearning request is carried out, in its place, when the loop asks for the next
-        one (so it runs inside the ``train`` call, between its neighbours)."""
-        for exp in batch:
-            if isinstance(exp, DatalessExperience):
-                self.experience = exp
-                if isinstance(exp, MakePermanentExperience):
-                    self.make_permanent(exp.task_label)
-                else:
-                    self.unlearn(exp.task_label)
+        if not self._distributed_check:
+            self._check_distributed_training_compatibility()
+            self._distributed_check = True
+        self.is_training = True
+        self._stop_training = False
+        self.model.train()
+        self.model.to(self.device)
+        self._eval_streams = _group_experiences_by_stream(eval_streams)
+        self._before_training(**kwargs)
+        for request in batch:
+            self.experience = request
+            if isinstance(request, MakePermanentExperience):
+                self.make_permanent(request.task_label)
+            elif isinstance(request, UnlearnExperience):
+                self.unlearn(request.task_label)
             else:
-                yield exp
+                self._before_training_exp(**kwargs)
+                self._train_exp(request, eval_streams, **kwargs)
+                self._after_training_exp(**kwargs)
+        self._after_training(**kwargs)
+        self._train_cleanup()
+        return self.evaluator.get_last_metrics()
 
     def check_requests(self, experiences: Sequence[CLExperience]) -> None:
         """Refuse, before anything trains, a list of requests this strategy cannot process:
@@ -164,12 +193,12 @@ class RequestLifecycle:
         plugins' ``after_unlearning``. A task not learned or permanent is refused."""
         check_dataless(task, True, self.active_tasks, self.permanent_tasks)
         self.model.to(self.device)
-        self._start_request("unlearn", task)
+        self.start_request(RequestKind.UNLEARN, task)
         trigger_plugins(self, "before_unlearning", task=task)
         self.active_tasks.remove(task)
         self._unlearn(task)
         trigger_plugins(self, "after_unlearning", task=task)
-        self._end_request()
+        self.end_request()
 
     def _unlearn(self, task: int) -> None:
         """The method's unlearning step, with ``task`` already out of ``active_tasks``.
@@ -178,16 +207,20 @@ class RequestLifecycle:
     def request_statistics(self) -> dict:
         """The method's own figures about the request in progress or just finished (name →
         JSON-ready value; e.g. PALL's re-drawn and retrained entries, Table A2). Empty by
-        default; a method fills ``self._statistics`` during the request."""
+        default; a method adds them with :meth:`record_statistics` during the request."""
         return dict(self._statistics)
 
-    def request_measured(self, result: RequestResult,
-                         accepted: Callable[[RequestResult], Any] | None = None) -> None:
+    def record_statistics(self, **figures: Any) -> None:
+        """Add the method's own ``figures`` (name → JSON-ready value) to the request in
+        progress (:meth:`request_statistics`)."""
+        self._statistics.update(figures)
+
+    def request_measured(self, result: RequestResult) -> None:
         """Hand over the measurement of the request in progress (called once per request by
-        :class:`~pall_avalanche.evaluation.UnlearningMetrics`); when the request is over and
-        its parameters are finite, the template calls ``accepted(result)`` (the metric's
-        request log keeps it) and then fires ``after_request`` with it."""
-        self._measured = (result, accepted)
+        :class:`~pall_avalanche.evaluation.UnlearningMetrics`): when the request is over and
+        its parameters are finite, the loop logs it (:attr:`request_log`) and fires
+        ``after_request`` with it."""
+        self._measured = result
 
     def requests_done(self) -> int:
         """The number of requests finished so far: every learning request adds its task to
@@ -196,33 +229,43 @@ class RequestLifecycle:
         requests (between requests)."""
         return 2 * self.clock.train_exp_counter - len(self.active_tasks) + self.made_permanent
 
-    def _start_request(self, kind: str, task: int) -> None:
+    def start_request(self, kind: RequestKind, task: int) -> None:
+        """A request of ``kind`` about ``task`` starts: it becomes :attr:`current_request`, and
+        its statistics and measurement start empty (for the template's parts: a request
+        ends in :meth:`end_request`)."""
         self._statistics, self._measured = {}, None
+        self._request_started = time.perf_counter()
         self.current_request = CurrentRequest(self.requests_done(), kind, int(task))
 
-    def _diverged(self, what: str, epoch: int | None = None) -> DivergedError:
+    def diverged(self, what: str, epoch: int | None = None) -> DivergedError:
+        """The error of the request in progress diverging (``what`` is not finite, in
+        ``epoch``), for the template's parts to raise."""
         return DivergedError(*self.current_request, what, epoch)
 
-    def _end_request(self) -> None:
-        """Check that every parameter is finite (else raise :class:`DivergedError`), then fire
-        ``after_request`` on every plugin with the request's measured result (none when the
-        evaluator does not measure requests)."""
+    def end_request(self) -> None:
+        """Check that every parameter is finite (else raise :class:`DivergedError`), then add
+        the request's result to :attr:`request_log` and fire ``after_request`` on every plugin
+        with it: the evaluator's measurement, or, when the evaluator does not measure requests,
+        the result the loop knows by itself (no accuracy or model size)."""
         finite = torch.stack([p.detach().isfinite().all() for p in self.model.parameters()])
         if not bool(finite.all()):
             name = next(n for (n, _), ok in zip(self.model.named_parameters(), finite.tolist(),
                                                  strict=True) if not ok)
-            raise self._diverged(f"parameter {name!r} at the end of the request")
-        measured, self._measured = self._measured, None
-        if measured is not None:
-            result, accepted = measured
-            if accepted is not None:
-                accepted(result)
-            trigger_plugins(self, "after_request", result=result)
+            raise self.diverged(f"parameter {name!r} at the end of the request")
+        result, self._measured = self._measured, None
+        if result is None:
+            index, kind, task = self.current_request
+            result = RequestResult(index, kind, task, time.perf_counter() - self._request_started,
+                                   accuracy=(), model_size_mb=None,
+                                   active_tasks=tuple(self.active_tasks),
+                                   statistics=self.request_statistics())
+        self.request_log.add(result)
+        trigger_plugins(self, "after_request", result=result)
 
     # ------------------------------------------------------------ learning requests
     def _before_training_exp(self, **kwargs) -> None:
         self.learning_permanently = bool(getattr(self.experience, "permanent", False))
-        self._start_request("learn", self.experience.task_label)
+        self.start_request(RequestKind.LEARN, self.experience.task_label)
         super()._before_training_exp(**kwargs)
         self.start_phase(self.training_phases()[0])
 
@@ -232,7 +275,7 @@ class RequestLifecycle:
             self.permanent_tasks.append(self.experience.task_label)
         self.release_experience()
         super()._after_training_exp(**kwargs)
-        self._end_request()
+        self.end_request()
 
     def _before_training_epoch(self, **kwargs) -> None:
         self._loss_finite = None
@@ -246,5 +289,5 @@ class RequestLifecycle:
         """Raise :class:`DivergedError` if a training loss of the epoch was not finite (the
         epoch's one host synchronisation for it), before the plugins see the epoch end."""
         if self._loss_finite is not None and not bool(self._loss_finite):
-            raise self._diverged("the training loss", self.clock.train_exp_epochs + 1)
+            raise self.diverged("the training loss", self.clock.train_exp_epochs + 1)
         super()._after_training_epoch(**kwargs)

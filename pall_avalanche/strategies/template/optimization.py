@@ -115,7 +115,7 @@ class Optimization:
             optimizer.step()
         self.model.zero_grad(set_to_none=True)
         if finite is not None and not bool(finite):
-            raise self._diverged("the loss of the unlearning and retraining steps")
+            raise self.diverged("the loss of the unlearning and retraining steps")
 
     @property
     def weight_decay(self) -> float:

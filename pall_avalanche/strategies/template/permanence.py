@@ -1,6 +1,6 @@
 """Permanence (the CLPU protocol of Liu, Liu and Stone, CoLLAs 2022): a learned, temporary task
 made permanent by a request of its own, after which unlearning it is refused. A permanent
-learning request is a learning request (:mod:`.lifecycle` marks it); this room carries out
+learning request is a learning request (:mod:`.lifecycle` marks it); this mixin carries out
 the ``make_permanent`` request and holds what a method says permanence means for it.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from avalanche.training.utils import trigger_plugins
 
-from pall_avalanche.requests import MAKE_PERMANENT
+from pall_avalanche.requests import RequestKind
 from pall_avalanche.strategies.template.lifecycle import check_dataless
 
 __all__ = ["Permanence"]
@@ -28,13 +28,13 @@ class Permanence:
         ``task`` is refused."""
         check_dataless(task, False, self.active_tasks, self.permanent_tasks)
         self.model.to(self.device)
-        self._start_request(MAKE_PERMANENT, task)
+        self.start_request(RequestKind.MAKE_PERMANENT, task)
         trigger_plugins(self, "before_making_permanent", task=task)
         self._make_permanent(task)
         self.permanent_tasks.append(task)
         self.made_permanent += 1
         trigger_plugins(self, "after_making_permanent", task=task)
-        self._end_request()
+        self.end_request()
 
     def _make_permanent(self, task: int) -> None:
         """The method's step when ``task`` becomes permanent (still in ``active_tasks``, not

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import torch
 
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import MaskSet
-from pall_avalanche.strategies.pall import PALL
+from pall_avalanche.strategies.pall import PALL, PALL_KEYS
 
-__all__ = ["LEAKS", "LeakyPALL"]
+__all__ = ["LEAKS", "DECLARATIONS", "LeakyPALL"]
 
 #: ``leak`` values (module docstring).
 LEAKS = ("everything", "redraw", "body", "head", "buffer")
@@ -143,3 +144,23 @@ class LeakyPALL(PALL):
             super().retrain(entries, [*tasks, task])
         finally:
             self.model.remove_mask(task)
+
+
+_LEAKY = Method("leaky_pall", LeakyPALL, exact=False, keys={
+    **PALL_KEYS,
+    "leak": Key("redraw", "what unlearning keeps (the audit's calibration)", choices=LEAKS),
+    "leak_fraction": Key(1.0, "with leak redraw, the probability that an entry t trained "
+                         "keeps its learned value", low=0, low_open=True, high=1),
+})
+#: The audit's positive control and its leaky variants (:data:`~pall_avalanche.catalog.
+#: AUDIT_CONTROL`, :data:`~pall_avalanche.catalog.AUDIT_LEAKS`); inexact by construction.
+DECLARATIONS = (
+    _LEAKY.variant("pall_no_unlearning", "PALL, no unlearning (control)", leak="everything",
+                   leak_fraction=1.0),
+    *(_LEAKY.variant(f"pall_leak_redraw_{percent}",
+                     f"PALL keeping {percent} % of what t trained", leak="redraw",
+                     leak_fraction=percent / 100) for percent in (100, 50, 25, 10)),
+    *(_LEAKY.variant(f"pall_leak_{leak}", f"PALL keeping {what}", leak=leak, leak_fraction=1.0)
+      for leak, what in (("body", "m̄_t (t's head re-drawn)"), ("head", "t's head"),
+                         ("buffer", "B^t in retraining"))),
+)
