@@ -21,14 +21,58 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict
 
-__all__ = ["REQUIRED_KEYS", "CorruptFileError", "RunWarning", "WriteError", "file_mode",
-           "load_record", "one_line", "read_record", "record_problem", "set_aside",
-           "write_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["REQUIRED_KEYS", "CorruptFileError", "Record", "RunWarning", "WriteError",
+           "file_mode", "load_record", "one_line", "read_record", "record_problem", "set_aside",
+           "write_atomic", "write_json_atomic", "write_record", "write_text_atomic"]
 
 #: The keys a complete record has.
 REQUIRED_KEYS = ("method", "seed", "requests", "accuracy", "metrics", "config")
+
+
+class Record(TypedDict, total=False):
+    """A result record, one run's JSON file (docs/reference/records.md): read
+    (:func:`load_record`, :func:`read_record`) and written (:func:`write_record`) here only.
+    Every key of :data:`REQUIRED_KEYS` is there in a complete record."""
+
+    #: the record layout (``pall_avalanche.runs.store.RECORD_FORMAT``)
+    format: int
+    method: str
+    seed: int
+    #: the training seed, when it is not the seed (the audit's runs)
+    train_seed: int
+    benchmark: str
+    #: the request sequence, ``[{"kind": "learn", "task": 0}, ...]``
+    requests: list[dict[str, Any]]
+    #: accuracy (%) on every task after every request: one row per request
+    accuracy: list[list[float]]
+    #: A_l, A_u, F_l, F_u, F_u_max (``None``: undefined)
+    metrics: dict[str, float | None]
+    exact: bool
+    #: per request, and the means of the learning epochs and unlearning requests (seconds)
+    timings: dict[str, Any]
+    model_size_mb: float
+    model_size_mb_per_request: list[float | None]
+    resumed_after: list[int]
+    #: the method's own figures per unlearning request, or ``None``
+    unlearning_stats: list[dict[str, Any]] | None
+    #: per learning request: the task's balanced training accuracy and whether it failed
+    learning_checks: list[dict[str, Any]]
+    eval_batch_size: int
+    #: the benchmark's class split
+    split: dict[str, Any]
+    #: the method's resolved configuration
+    config: dict[str, Any]
+    config_hash: str
+    #: the fingerprint of the package's code the run imports
+    code: str
+    versions: dict[str, str]
+    extensions: list[dict[str, Any]]
+    device: dict[str, Any]
+    finished_at: str
+    #: what a probe measured (the audit's runs, the field's)
+    probe: Any
 
 
 class RunWarning(UserWarning):
@@ -168,7 +212,21 @@ def record_problem(data: Any) -> str | None:
     return None
 
 
-def load_record(path: str | Path) -> dict | None:
+def write_record(path: str | Path, record: Record) -> None:
+    """Write ``record`` to ``path`` atomically (:func:`write_json_atomic`), after
+    :func:`record_problem` found it usable: a record this package writes can always be read
+    back.
+
+    :raises ValueError: the record is not usable (a bug of its writer, named).
+    :raises WriteError: the file could not be written.
+    """
+    problem = record_problem(record)
+    if problem:
+        raise ValueError(f"refusing to write {path}: {problem}")
+    write_json_atomic(path, record)
+
+
+def load_record(path: str | Path) -> Record | None:
     """The record at ``path``; ``None`` if there is no such file.
 
     :param path: the record file.
@@ -187,11 +245,11 @@ def load_record(path: str | Path) -> dict | None:
     problem = record_problem(data)
     if problem:
         raise CorruptFileError(path, problem)
-    return data
+    return Record(**data)
 
 
 
-def read_record(path: str | Path) -> dict | None:
+def read_record(path: str | Path) -> Record | None:
     """The record at ``path``, or ``None`` if it is missing or not a complete record
     (:func:`load_record` without the error)."""
     try:

@@ -33,10 +33,11 @@ from pall_avalanche.evaluation import compute_metrics, model_size_mb
 from pall_avalanche.extensions import provenance as extension_provenance
 from pall_avalanche.files import (
     CorruptFileError,
+    Record,
     RunWarning,
     one_line,
     set_aside,
-    write_json_atomic,
+    write_record,
 )
 from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.requests.streams import RequestStream
@@ -130,7 +131,7 @@ def _step(run: _Run, show_progress: bool) -> None:
         run.strategy.train(stream[index])
 
 
-def _record(run: _Run) -> dict:
+def _record(run: _Run) -> Record:
     """The record of a finished run (:data:`RECORD_FORMAT`)."""
     spec, log, strategy = run.spec, run.log, run.strategy
     sequence = spec.sequence
@@ -140,7 +141,7 @@ def _record(run: _Run) -> dict:
     if spec.train_seed is not None:
         extra["train_seed"] = spec.train_seed
     config = dict(spec.config)
-    return {
+    record: Record = {
         **extra,
         "format": RECORD_FORMAT,
         "method": spec.method,
@@ -175,6 +176,7 @@ def _record(run: _Run) -> dict:
         "device": device_info(run.device),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    return record
 
 
 def run_record(method: str, seed: int, config: dict, *,
@@ -284,7 +286,7 @@ def run_and_write(spec: RunSpec, path: Path, options: RunOptions,
                           plugins=[WandbRequestLogger(tracker)] if tracker.active else [],
                           probe=options.probe, heartbeat=heartbeat, label=options.label)
         try:
-            write_json_atomic(path, record)
+            write_record(path, record)
         except OSError as err:
             raise unsaved_error(path, record, err) from err
         tracker.log_record(record, path)

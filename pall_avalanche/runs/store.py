@@ -15,7 +15,7 @@ from pall_avalanche.files import (
     RunWarning,
     load_record,
     set_aside,
-    write_json_atomic,
+    write_record,
 )
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.locks import RecordLock, acquire_lock
@@ -73,7 +73,7 @@ def unsaved_error(path: Path, record: dict, err: OSError) -> OSError:
     to raise, naming both files."""
     fallback = unsaved_path(path)
     try:
-        write_json_atomic(fallback, record)
+        write_record(fallback, record)
         kept = (f"the record was kept in {fallback}: copy it to {path} once that folder is "
                 "writable")
     except OSError as again:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import benchmark_script
 
-from pall_avalanche.files import RunWarning
+from pall_avalanche.files import RunWarning, load_record, write_record
 
 FAST = ["--methods", "sequential", "--set", "epochs=1", "--set", "train_per_task=30",
         "--quiet", "--jobs", "1"]
@@ -108,3 +108,19 @@ def test_reports_skip_damaged_records_and_keep_the_newest_of_one_run(tmp_path, c
         markdown = report([str(tmp_path), "--out", str(tmp_path / "rep" / "r")])
     (row,) = [line for line in markdown.splitlines() if line.startswith("| digits |")]
     assert row.endswith("| 1 |")                  # one seed: seed 0's newest record alone
+
+
+def test_a_record_is_written_only_when_it_can_be_read_back(tmp_path):
+    """``write_record`` refuses what ``load_record`` would refuse, and what it writes reads
+    back equal."""
+    record = {"method": "sequential", "seed": 0, "requests": [{"kind": "learn", "task": 0}],
+              "accuracy": [[97.5, 0.0]], "metrics": {"A_l": 97.5, "A_u": None},
+              "config": {"benchmark": "digits"}}
+    write_record(tmp_path / "ok.json", record)
+    assert load_record(tmp_path / "ok.json") == record
+    with pytest.raises(ValueError, match=r"refusing to write .*no\.json: not a complete record "
+                                         r"\(no config\)"):
+        write_record(tmp_path / "no.json", {k: v for k, v in record.items() if k != "config"})
+    with pytest.raises(ValueError, match="Out of range float values"):
+        write_record(tmp_path / "nan.json", {**record, "metrics": {"A_l": math.nan}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.json"]
