@@ -166,9 +166,15 @@ _BENCHMARK_OPTIONS = {"--data-root": 1, "--task-counts": -1, "--n-unlearn-grid":
                       "--buffer-sizes": -1}
 
 
+#: Options that read a file a command may name by its path in the repository (a committed
+#: report): the test runs in a folder of its own, so they get the checkout's file.
+_COMMITTED_INPUTS = ("--audit-report", "--timing")
+
+
 def on_the_embedded_default(args: list[str], tmp: Path, *, gpu: bool) -> list[str]:
     """``args`` as a test runs them: the benchmark digits, the CPU unless a GPU is there,
-    ``--out`` and ``--report-dir`` under ``tmp`` (never the repository's ``reports/``)."""
+    ``--out`` and ``--report-dir`` under ``tmp`` (never the repository's ``reports/``), a
+    committed report an option reads from the checkout."""
     out, i = [], 0
     swapped = False
     while i < len(args):
@@ -200,6 +206,10 @@ def on_the_embedded_default(args: list[str], tmp: Path, *, gpu: bool) -> list[st
             continue
         if arg in ("--out", "--report-dir"):
             out += [arg, str(tmp / args[i + 1].lstrip("/~"))]
+            i += 2
+            continue
+        if arg in _COMMITTED_INPUTS and (ROOT / args[i + 1]).is_file():
+            out += [arg, str(ROOT / args[i + 1])]     # a committed report it reads
             i += 2
             continue
         out.append(arg)

@@ -26,6 +26,8 @@ from blocks import (
     on_the_embedded_default,
 )
 
+from pall_avalanche.exit_codes import EXIT_RUNS_LEFT_OUT
+
 PAGE_IDS = [str(p.relative_to(DOCS)) for p in CHECKED_PAGES]
 
 
@@ -93,7 +95,10 @@ def run_command(argv: list[str], tmp: Path, *, fast: bool) -> None:
     main = getattr(__import__(module, fromlist=[function]), function)
     with pytest.raises(SystemExit) as exit_info:
         main(args)
-    assert exit_info.value.code in (0, None), f"{shlex.join(argv)}: exit {exit_info.value.code}"
+    # exit 3: the report was written, naming runs that diverged at this tiny scale (one epoch:
+    # LSF's unlearning in the field table); anything else is a failure
+    assert exit_info.value.code in (0, None, EXIT_RUNS_LEFT_OUT), \
+        f"{shlex.join(argv)}: exit {exit_info.value.code}"
 
 
 @pytest.fixture
