@@ -15,6 +15,7 @@ from pall_avalanche.config import resolve_method_config
 from pall_avalanche.paper.gpu_hours import PAPER_A7, PAPER_TABLES, estimate_hours
 from pall_avalanche.paper.gpu_table import COLUMNS, measure_column, selection_milliseconds
 from pall_avalanche.paper.masking_cost import measure_masking, measure_pipeline
+from pall_avalanche.reports import preamble
 from pall_avalanche.runs.engine import device_info, versions
 
 __all__ = ["run_default", "run_table"]
@@ -24,16 +25,13 @@ def _command(argv_text: str) -> str:
     return f"python benchmarks/perf_masking.py {argv_text}".strip()
 
 
-def _provenance(args: argparse.Namespace, title: str, scale: str) -> list[str]:
+def _preamble(args: argparse.Namespace, title: str, scale: str) -> list[str]:
     device = torch.device(args.device)
     info = device_info(device)
     where = info["name"] + (f", {info['threads']} torch thread(s)" if "threads" in info else "")
-    v = versions()
-    return [f"# {title}", "",
-            f"Command: `{_command(shlex.join(sys.argv[1:]))}`  ",
-            f"Scale: {scale}  ",
-            f"Hardware: {device.type}, {where}  ",
-            f"Software: torch {v['torch']}, avalanche-lib {v['avalanche-lib']}", ""]
+    return [*preamble(title, _command(shlex.join(sys.argv[1:])),
+                      hardware=f"{device.type}, {where}", versions=versions(),
+                      lines=[f"Scale: {scale}"]), ""]
 
 
 def _write(report_dir: Path, name: str, markdown: str) -> Path:
@@ -76,7 +74,7 @@ def run_default(args: argparse.Namespace) -> str:
              "images of one synthetic S-CIFAR10 task (random crop with 4-pixel padding, flip, "
              "normalisation), median pass; synthetic uint8 CIFAR-shaped images, a timing "
              "benchmark, not an accuracy run")
-    lines = _provenance(args, "Masking and input cost — PALL vs Sequential, per-sample vs "
+    lines = _preamble(args, "Masking and input cost — PALL vs Sequential, per-sample vs "
                               "batched input (CIFAR shape)", scale)
     lines += ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), "",
               "Both strategies train the same images in the same order (their random crops "
@@ -133,7 +131,7 @@ def run_table(args: argparse.Namespace) -> str:
              + (f"{args.table_images} synthetic images per task, seconds scaled to the full "
                 "task (a reduced run)" if reduced else "the full task of synthetic images")
              + (", backbones compiled (torch.compile)" if args.compile else ""))
-    lines = _provenance(args, f"Table A7 on {device_info(device)['name']}", scale)
+    lines = _preamble(args, f"Table A7 on {device_info(device)['name']}", scale)
     lines += table_lines(columns, timings, selection, configs)
     markdown = "\n".join(lines)
     print(markdown)

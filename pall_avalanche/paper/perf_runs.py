@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import pstats
 import shlex
 import subprocess
@@ -170,9 +169,10 @@ def report(args: argparse.Namespace, results: dict[str, dict], minutes: float) -
     """The Markdown report of :func:`measure`'s results per code ("before", "after")."""
     import torch
 
+    from pall_avalanche.reports import preamble
     from pall_avalanche.runs.engine import device_info, versions
 
-    info, v = device_info(torch.device("cpu")), versions()
+    info = device_info(torch.device("cpu"))
     names = list(results)
     head = "| | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |")
     rule = "|---" * (len(names) + 1 + (len(names) == 2)) + "|"
@@ -182,14 +182,13 @@ def report(args: argparse.Namespace, results: dict[str, dict], minutes: float) -
         return f"| {label} | " + " | ".join(f"{x:.{digits}f}" for x in values) + " |" + ratio
 
     codes = ", ".join(f"{name}: {results[name]['code']}" for name in names)
-    lines = ["# What a run costs besides the method", "",
-             f"Command: `python benchmarks/perf_runs.py {shlex.join(sys.argv[1:])}`  ",
-             f"Code: {codes}  ",
-             f"Hardware: {info['name']}, {os.cpu_count()} cores, the machine quiet; every "
-             "measurement in a fresh interpreter, one after another; torch's default threads "
-             "unless a command sets them  ",
-             f"Software: torch {v['torch']}, avalanche-lib {v['avalanche-lib']}, python "
-             f"{platform.python_version()}; {minutes:.1f} min in all", "",
+    lines = [*preamble("What a run costs besides the method",
+                       f"python benchmarks/perf_runs.py {shlex.join(sys.argv[1:])}",
+                       hardware=f"{info['name']}, {os.cpu_count()} cores, the machine quiet; "
+                                "every measurement in a fresh interpreter, one after another; "
+                                "torch's default threads unless a command sets them; "
+                                f"{minutes:.1f} min in all",
+                       versions=versions(), lines=[f"Code: {codes}"]), "",
              "## Wall times", "", head, rule,
              row("default `python benchmarks/table1.py` (65 runs, s)",
                  [results[n]["table1_seconds"] for n in names]),

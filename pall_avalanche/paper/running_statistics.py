@@ -113,6 +113,7 @@ def main(argv=None) -> None:
     fixed = None if args.requests == "none" else RequestSequence.parse(args.requests, 5)
     import torch  # after the arguments are checked: --help and refusals stay fast
 
+    from pall_avalanche.reports import preamble
     from pall_avalanche.runs.engine import device_info, versions
 
     torch.set_num_threads(args.threads)
@@ -125,14 +126,14 @@ def main(argv=None) -> None:
                                            requests=requests) for seed in args.seeds]
                for table, requests in tables.items() for name, flags in VARIANTS.items()}
     minutes = (time.perf_counter() - start) / 60
-    info, v = device_info(torch.device("cpu")), versions()
-    lines = ["# PALL with BatchNorm running statistics (digits, reduced CPU run)", "",
-             f"Command: `python benchmarks/running_statistics.py {shlex.join(sys.argv[1:])}`  ",
-             f"Scale: REDUCED (digits MLP, {args.epochs} epochs per task, N_f = "
-             f"{args.n_retrain_iters}, seeds {' '.join(map(str, args.seeds))})  ",
-             f"Hardware: cpu, {info['name']}, {args.threads} torch thread(s); "
-             f"{minutes:.1f} min in all  ",
-             f"Software: torch {v['torch']}, avalanche-lib {v['avalanche-lib']}", ""]
+    info = device_info(torch.device("cpu"))
+    lines = [*preamble("PALL with BatchNorm running statistics (digits, reduced CPU run)",
+                       f"python benchmarks/running_statistics.py {shlex.join(sys.argv[1:])}",
+                       hardware=f"cpu, {info['name']}, {args.threads} torch thread(s); "
+                                f"{minutes:.1f} min in all", versions=versions(),
+                       lines=[f"Scale: REDUCED (digits MLP, {args.epochs} epochs per task, N_f "
+                              f"= {args.n_retrain_iters}, seeds "
+                              f"{' '.join(map(str, args.seeds))})"]), ""]
     for table in tables:
         lines += [f"On {table}:", "", "| Model | A_l ↑ | F_l ↓ | F_u ↓ | F_u^max ↓ |",
                   "|---|---|---|---|---|"]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from pall_avalanche.catalog import METHOD_INFO, method_label
 from pall_avalanche.files import write_atomic
+from pall_avalanche.heatmap import draw_accuracy
 from pall_avalanche.reports.aggregate import FAILED_MARK, failed_mark, table1_points
 from pall_avalanche.reports.render import COLUMNS
 from pall_avalanche.requests import Request, RequestKind
@@ -50,12 +51,8 @@ def plot_accuracy_heatmaps(records: Sequence[dict], path: str | Path, title: str
     for ax in axes[n:]:
         ax.set_visible(False)
     for ax, record in zip(axes, records, strict=False):
-        acc = np.asarray(record["accuracy"], dtype=float)
-        image = ax.imshow(acc, vmin=0, vmax=100, cmap="viridis", aspect="auto")
-        ax.set_yticks(range(len(record["requests"])),
-                      [str(Request(**r)) for r in record["requests"]], fontsize=7)
-        ax.set_xticks(range(acc.shape[1]), range(acc.shape[1]), fontsize=7)
-        ax.set_xlabel("task")
+        image = draw_accuracy(ax, np.asarray(record["accuracy"], dtype=float),
+                              [str(Request(**r)) for r in record["requests"]])
         ax.set_title(f"{record.get('point', '')} {method_label(record['method'])} "
                      f"s{record['seed']}".strip(), fontsize=8)
     fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="accuracy (%)")

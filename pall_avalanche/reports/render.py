@@ -221,6 +221,19 @@ def epochs_per_task(records: Sequence[dict]) -> str:
     return f"{usual} epochs/task" + (f" ({', '.join(others)})" if others else "")
 
 
+def preamble(title: str, command: str, *, hardware: str, versions: Mapping[str, str],
+             lines: Sequence[str] = ()) -> list[str]:
+    """The first lines of every report: its title, the exact command, the report's own
+    ``lines`` (its scale, seeds, code, ...), the hardware and the package versions (Markdown,
+    each line ending in a hard break). :func:`provenance` gives a table's, a measurement
+    script (no records) gives its own ``lines``."""
+    return [f"# {title}", "", f"Command: `{command}`  ", *(f"{line}  " for line in lines),
+            f"Hardware: {hardware}  ",
+            "Versions: " + ", ".join(f"{k} {versions[k]}" for k in
+                                     ("torch", "avalanche-lib", "python") if k in versions)
+            + "  "]
+
+
 def provenance(records: Sequence[dict], *, title: str, command: str,
                notes: Sequence[str] = (), changed: Iterable[str] = ()) -> str:
     """The Markdown preamble every report carries: title, exact command, scale (from the
@@ -260,12 +273,9 @@ def provenance(records: Sequence[dict], *, title: str, command: str,
     devices = sorted({f"{r['device']['type']} ({r['device']['name']}"
                       + (f", {r['device']['threads']} threads" if "threads" in r["device"]
                          else "") + ")" for r in records})
-    versions = records[0].get("versions", {})
-    lines = [f"# {title}", "", f"Command: `{command}`  ", f"Scale: {scale}  ",
-             f"Seeds: {seeds} ({len(records)} runs)  ", f"Hardware: {'; '.join(devices)}  ",
-             "Versions: " + ", ".join(f"{k} {versions[k]}" for k in
-                                      ("torch", "avalanche-lib", "python") if k in versions)
-             + "  ",
+    lines = [*preamble(title, command, hardware="; ".join(devices),
+                       versions=records[0].get("versions", {}),
+                       lines=[f"Scale: {scale}", f"Seeds: {seeds} ({len(records)} runs)"]),
              "Reproducibility: the same seed, thread count, hardware and versions give the "
              "same numbers bit for bit; another CPU or torch build can move them "
              "(REPRODUCIBILITY.md)  "]

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pall_avalanche.config import config_hash
+from pall_avalanche.heatmap import draw_accuracy
 from pall_avalanche.requests import Request, RequestKind
 
 if TYPE_CHECKING:
@@ -149,15 +150,8 @@ def _heatmap_image(accuracy: Sequence[Sequence[float]], row_labels: Sequence[str
     n_rows, n_cols = len(accuracy), len(accuracy[0])
     fig = Figure(figsize=(1.2 + 0.7 * n_cols, 0.8 + 0.45 * n_rows))
     ax = fig.add_subplot()
-    ax.imshow(accuracy, vmin=0, vmax=100, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(n_cols), [f"T{t}" for t in range(n_cols)])
-    ax.set_yticks(range(n_rows), row_labels)
-    ax.set_xlabel("task")
+    draw_accuracy(ax, accuracy, row_labels, values=True)
     ax.set_ylabel("request")
-    for i, row in enumerate(accuracy):
-        for t, value in enumerate(row):
-            ax.text(t, i, f"{value:.0f}", ha="center", va="center", fontsize=7,
-                    color="white" if value < 60 else "black")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

@@ -154,6 +154,21 @@ def test_heatmaps_draw_each_records_accuracy_matrix(tmp_path):
     assert fig.texts[0].get_text() == "title"
 
 
+def test_the_w_b_heat_map_is_the_reports_drawing_with_its_values(tmp_path):
+    """One drawing (pall_avalanche.heatmap): the W&B image writes each cell's value in it,
+    white on the dark cells."""
+    from matplotlib.figure import Figure
+
+    from pall_avalanche.heatmap import draw_accuracy
+
+    ax = Figure().add_subplot()
+    image = draw_accuracy(ax, [[97.0, 0.0], [41.5, 99.0]], ["0 L0", "1 U0"], values=True)
+    assert image.get_array().tolist() == [[97.0, 0.0], [41.5, 99.0]]
+    assert [(t.get_text(), t.get_color()) for t in ax.texts] == [
+        ("97", "black"), ("0", "white"), ("42", "white"), ("99", "black")]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0 L0", "1 U0"]
+
+
 def test_failed_learning_checks_are_ringed_in_the_figures(tmp_path):
     """The Table 1 figure and the metric-vs-setting figure, read back from the drawn
     matplotlib figures: the flagged row's points ringed in red, †k/n in its legend label."""
