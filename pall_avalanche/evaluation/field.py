@@ -9,11 +9,13 @@ sequence without its unlearning requests. Against them (final models):
 
 - **feature distance** (CLArena's ``cul_dd``): on the test inputs of every unlearned task t,
   through t's route (its head, mask or network) in both models, the backbone features of the
-  unlearned model F and of the retrained reference G: euclidean, the mean over inputs of
-  ‖F_i − G_i‖₂; cosine, the mean of 1 − cos(F_i, G_i); and 1 − linear CKA(F, G) (Kornblith et
-  al., 2019: with centred columns, CKA = ‖GᵀF‖²_F / (‖FᵀF‖_F ‖GᵀG‖_F)); the mean over the
-  unlearned tasks. 0 when the unlearned model computes what the retrained one does (also for
-  zero or constant features).
+  unlearned model F and of the retrained reference G, per test batch (the evaluation batch
+  size) and averaged over the batches with equal weight, as CLArena accumulates them:
+  euclidean, the mean over a batch's inputs of ‖F_i − G_i‖₂; cosine, the mean of
+  1 − cos(F_i, G_i); and 1 − linear CKA of the batch (Kornblith et al., 2019: with centred
+  columns, CKA = ‖GᵀF‖²_F / (‖FᵀF‖_F ‖GᵀG‖_F)); the mean over the unlearned tasks. 0 when the
+  unlearned model computes what the retrained one does (also for zero or constant
+  features).
 - **accuracy gain** (CLArena's ``cul_ag``): the mean over the remaining tasks of the final test
   accuracy minus the never-unlearned reference's (percentage points): what unlearning cost (or
   gave) the tasks that stay.
@@ -63,16 +65,30 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.linalg.norm(y.T @ x) ** 2 / denominator) if denominator else 0.0
 
 
-def feature_distance(features: np.ndarray, reference: np.ndarray, kind: str) -> float:
+def feature_distance(features: np.ndarray, reference: np.ndarray, kind: str,
+                     batch_size: int | None = None) -> float:
     """The distance of ``features`` to ``reference`` (n × d each, the same inputs in the same
     order): ``euclidean`` (mean ‖F_i − G_i‖₂), ``cosine`` (mean 1 − cos(F_i, G_i); a zero row
     beside a non-zero one counts as orthogonal, as in CLArena) or ``cka`` (1 −
     :func:`linear_cka`). Identical features are at distance 0 by every kind, also where the
-    formula has no value (two zero rows, two equal constant matrices)."""
+    formula has no value (two zero rows, two equal constant matrices).
+
+    :param batch_size: compute the distance on every consecutive batch of this many inputs
+        (the test loader's batches) and average the batches with equal weight, as CLArena's
+        distribution-distance callback accumulates its test batches (``on_test_batch_end``;
+        its weight, ``len(batch)`` of an (inputs, targets) pair, is the same for every
+        batch): the field table's form. ``None``: one distance over all n inputs, which for
+        CKA is another statistic (CKA over the whole set is not the mean of the batches').
+    """
     f = np.asarray(features, dtype=np.float64)
     g = np.asarray(reference, dtype=np.float64)
     if f.shape != g.shape:
         raise ValueError(f"features of shape {f.shape} and {g.shape} are not of the same inputs")
+    if batch_size is not None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 or None")
+        return float(np.mean([feature_distance(f[i:i + batch_size], g[i:i + batch_size], kind)
+                              for i in range(0, len(f), batch_size)]))
     if kind == "euclidean":
         return float(np.linalg.norm(f - g, axis=1).mean())
     if kind == "cosine":
@@ -134,7 +150,8 @@ def field_metrics(record: Mapping[str, Any], retrained: Mapping[str, Any],
         probe, reference = record["probe"], retrained["probe"]
         for kind in ("euclidean", "cosine", "cka"):
             out[f"dd_{kind}"] = float(np.mean([
-                feature_distance(probe["features"][str(t)], reference["features"][str(t)], kind)
+                feature_distance(probe["features"][str(t)], reference["features"][str(t)], kind,
+                                 batch_size=record["eval_batch_size"])
                 for t in unlearned]))
         out["tow"] = tug_of_war(_sets(probe, unlearned, remaining),
                                 _sets(reference, unlearned, remaining))

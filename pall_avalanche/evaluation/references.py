@@ -110,6 +110,7 @@ class ReferenceMetrics(PluginMetric[dict]):
         log = strategy.request_log
         record = {"requests": [{"kind": k, "task": t} for k, t in log.requests],
                   "accuracy": log.accuracy,
+                  "eval_batch_size": strategy.eval_mb_size or strategy.train_mb_size,
                   "probe": FieldProbe().finish(strategy, self.benchmark)}
         self._values = field_metrics(record, self.retrained, self.never_unlearned)
         index = strategy.current_request.index

@@ -27,7 +27,7 @@ from avalanche.models.dynamic_modules import avalanche_model_adaptation
 from torch import nn
 
 from pall_avalanche.catalog import CLPU_SIZE
-from pall_avalanche.catalog.declaration import Method
+from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models import count_parameters
 from pall_avalanche.models.grouped import forward_groups, stack_groups
 from pall_avalanche.models.init import reinitialize_
@@ -37,8 +37,11 @@ from pall_avalanche.rehearsal import EpisodicMemory, ReplayObjective
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 from pall_avalanche.strategies.shared_keys import BETA, BUFFER_SIZE
 
-__all__ = ["DECLARATIONS", "CLPUDERpp", "CLPUNetworks", "PermanentReplayPlugin"]
+__all__ = ["DECLARATIONS", "MERGE_LENGTHS", "CLPUDERpp", "CLPUNetworks", "PermanentReplayPlugin"]
 
+
+#: How many steps a merge runs (:class:`CLPUDERpp`'s ``merge_length``).
+MERGE_LENGTHS = ("task", "last_permanent")
 
 class CLPUNetworks(MultiTaskModule):
     """The main network and one side network per temporary task, routed by task label (each
@@ -133,6 +136,11 @@ class CLPUDERpp(UnlearningTemplate):
         permanent, keeps its B^t.
     :param beta: β, the weight of the logit (MSE) term of DER++ (CLPU's ``alpha``, 0.5; the
         CE term's weight is 1, CLPU's ``beta``).
+    :param merge_length: how many steps a merge runs (:meth:`merge_steps`): ``"task"``, as
+        many as one learning request of the merged task (epochs × its mini-batches; CLArena's
+        count), or ``"last_permanent"``, as the CLPU authors' code counts (its ``n_iters``:
+        the steps of the last permanent learning request, 1 before there is one; so under
+        ``unlearnable_age``, where every task is temporary first, every merge runs one step).
     """
 
     table_size = CLPU_SIZE
@@ -141,10 +149,18 @@ class CLPUDERpp(UnlearningTemplate):
     accepts_unlearned_task_samples = False
     permanence = ("its side network is merged into the main network by DER++ distillation "
                   "from its buffer (the side network's logits as targets), then deleted")
-    checkpoint_attributes = (*UnlearningTemplate.checkpoint_attributes, "train_sizes")
+    checkpoint_attributes = (*UnlearningTemplate.checkpoint_attributes, "train_sizes",
+                             "permanent_steps")
 
     def __init__(self, *, model: nn.Module, buffer_size: int, beta: float = 0.5,
-                 plugins=None, **kwargs) -> None:
+                 merge_length: str = "task", plugins=None, **kwargs) -> None:
+        if merge_length not in MERGE_LENGTHS:
+            raise ValueError(f"merge_length={merge_length!r} is invalid; valid: "
+                             f"{', '.join(MERGE_LENGTHS)}")
+        self.merge_length = merge_length
+        #: The steps of the last permanent learning request (1 before any): the merge length
+        #: of ``merge_length="last_permanent"``.
+        self.permanent_steps = 1
         main = task_network(model, kwargs.get("n_tasks"))
         self.memory = EpisodicMemory(
             buffer_size=buffer_size, n_tasks=main.n_tasks,
@@ -180,6 +196,12 @@ class CLPUDERpp(UnlearningTemplate):
     def _before_training_exp(self, **kwargs) -> None:
         super()._before_training_exp(**kwargs)
         self.train_sizes[self.experience.task_label] = len(self.experience.dataset)
+        if self.learning_permanently:
+            self.permanent_steps = self._request_steps(len(self.experience.dataset))
+
+    def _request_steps(self, n_samples: int) -> int:
+        """The steps of a learning request on ``n_samples`` samples: epochs × mini-batches."""
+        return self.train_epochs * math.ceil(n_samples / self.train_mb_size)
 
     def _after_training_exp(self, **kwargs) -> None:
         """A side network is final once its task is learned (no later request trains it)."""
@@ -192,9 +214,12 @@ class CLPUDERpp(UnlearningTemplate):
         return True
 
     def merge_steps(self, task: int) -> int:
-        """The merge's steps: as many as one learning request of ``task`` takes (epochs ×
-        mini-batches of D^t; CLPU's ``n_iters``)."""
-        return self.train_epochs * math.ceil(self.train_sizes[task] / self.train_mb_size)
+        """The merge's steps (``merge_length``): as many as one learning request of ``task``
+        takes (epochs × mini-batches of D^t), or those of the last permanent learning
+        request (1 before any)."""
+        if self.merge_length == "last_permanent":
+            return self.permanent_steps
+        return self._request_steps(self.train_sizes[task])
 
     def _make_permanent(self, task: int) -> None:
         """Merge ``task`` into the main network (CLPU's ``finally_learn``): delete its side
@@ -216,8 +241,10 @@ class CLPUDERpp(UnlearningTemplate):
         self.optimization_steps([{"params": main}], self.merge_steps(task), loss)
 
     def _unlearn(self, task: int) -> None:
-        """Delete ``task``'s side network (B^t is deleted by the buffer before this step)."""
+        """Delete ``task``'s side network and its size (B^t is deleted by the buffer before
+        this step)."""
         self.model.remove_side(task)
+        self.train_sizes.pop(task, None)
 
     def checkpoint_state(self) -> dict:
         """The template's state plus which tasks have a side network (re-created, then
@@ -240,5 +267,9 @@ class CLPUDERpp(UnlearningTemplate):
         return (1 + side) * count_parameters(self.model.main), 0
 
 
-DECLARATIONS = (Method("clpu_derpp", CLPUDERpp, exact=True, label="CLPU-DER++",
-                  keys={"buffer_size": BUFFER_SIZE, "beta": BETA}),)
+DECLARATIONS = (Method("clpu_derpp", CLPUDERpp, exact=True, label="CLPU-DER++", keys={
+    "buffer_size": BUFFER_SIZE, "beta": BETA,
+    "merge_length": Key("task", "a merge's steps: task (one learning request of the merged "
+                        "task, CLArena's) or last_permanent (the last permanent learning "
+                        "request's, 1 before any: the CLPU authors' code)",
+                        choices=MERGE_LENGTHS)}),)

@@ -55,6 +55,39 @@ def test_feature_distances_by_hand():
         feature_distance(f, g, "l1")
 
 
+def gram_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA from the centred Gram matrices (the HSIC form, not the feature form the
+    package uses): <HKH, HLH> / (‖HKH‖ ‖HLH‖), K = XXᵀ, L = YYᵀ."""
+    n = len(x)
+    h = np.eye(n) - np.ones((n, n)) / n
+    k, l_ = h @ x @ x.T @ h, h @ y @ y.T @ h
+    return float((k * l_).sum() / (np.linalg.norm(k) * np.linalg.norm(l_)))
+
+
+def test_distances_per_test_batch_averaged_with_equal_weight():
+    """The field table's form (CLArena's accumulation over test batches) against the whole-set
+    form, both by hand: batches of 3 over 7 inputs are rows 0-2, 3-5 and 6, each weighing a
+    third."""
+    rng = np.random.default_rng(0)
+    f, g = rng.normal(size=(7, 4)), rng.normal(size=(7, 4))
+    batches = [slice(0, 3), slice(3, 6), slice(6, 7)]
+    euclid = [np.linalg.norm(f[b] - g[b], axis=1).mean() for b in batches]
+    assert feature_distance(f, g, "euclidean", batch_size=3) == pytest.approx(np.mean(euclid))
+    assert feature_distance(f, g, "euclidean") == pytest.approx(
+        np.linalg.norm(f - g, axis=1).mean())
+    assert np.mean(euclid) != pytest.approx(np.linalg.norm(f - g, axis=1).mean())
+    cosine = [np.mean(1 - (f[b] * g[b]).sum(1) / np.linalg.norm(f[b], axis=1)
+                      / np.linalg.norm(g[b], axis=1)) for b in batches]
+    assert feature_distance(f, g, "cosine", batch_size=3) == pytest.approx(np.mean(cosine))
+    # a batch of one input has no centred variance: CKA 0 by the formula, distance 1
+    cka = [1 - gram_cka(f[b], g[b]) for b in batches[:2]] + [1.0]
+    assert feature_distance(f, g, "cka", batch_size=3) == pytest.approx(np.mean(cka))
+    assert feature_distance(f, g, "cka") == pytest.approx(1 - gram_cka(f, g))
+    assert feature_distance(f, f, "cka", batch_size=3) == 0.0
+    with pytest.raises(ValueError, match="batch_size=0 must be an integer >= 1 or None"):
+        feature_distance(f, g, "cka", batch_size=0)
+
+
 def test_accuracy_gain_tow_and_interval_by_hand():
     assert accuracy_gain([90, 40, 80], [85, 95, 70], [0, 2]) == pytest.approx(7.5)
     assert accuracy_gain([90], [85], []) is None
@@ -74,6 +107,7 @@ def _probe(features: dict, train: dict, test: dict) -> dict:
 def test_field_metrics_of_records_by_hand():
     requests = RequestSequence.parse("L0 L1 L2 U1", 3).to_list()
     record = {"requests": requests, "accuracy": [[0, 0, 0], [90.0, 60.0, 80.0]],
+              "eval_batch_size": 1,
               "probe": _probe({1: [[1.0, 0.0], [0.0, 1.0]]}, {0: 9, 1: 6, 2: 8},
                               {0: 9, 1: 5, 2: 8})}
     retrained = {"accuracy": [[0, 0, 0], [88.0, 50.0, 84.0]],
@@ -84,6 +118,8 @@ def test_field_metrics_of_records_by_hand():
     assert out["accuracy_gain"] == pytest.approx(((90 - 92) + (80 - 79)) / 2)
     assert out["dd_euclidean"] == pytest.approx(1.0)         # rows 0 and 2 apart, mean 1
     assert out["dd_cosine"] == pytest.approx(0.0)
+    # batches of one input: the equal row at 0, the other at 1 (no centred variance, CKA 0)
+    assert out["dd_cka"] == pytest.approx(0.5)
     # forget 6/10 vs 5/10, retain 17/20 vs 18/20, test 22/30 vs 21/30
     assert out["tow"] == pytest.approx(0.9 * 0.95 * (1 - 1 / 30))
     no_unlearning = {**record, "requests": RequestSequence.parse("L0 L1 L2", 3).to_list()}

@@ -42,6 +42,50 @@ def test_temporary_tasks_never_touch_the_main_network_and_unlearn_exactly():
     assert strategy.inference_size() == (2 * d, 0)
 
 
+def test_nothing_of_a_forgotten_temporary_task_stays_in_the_strategy(tmp_path):
+    """After CLPU-DER++ forgets a temporary task the user's optimizer holds none of the deleted
+    side network's tensors nor any momentum, the task's size is gone, and so is every tensor
+    of the side network from the checkpoint state."""
+    strategy, bm, _ = make_strategy("clpu_derpp", lr=0.01)
+    train = bm.train_stream
+    strategy.train([train[0], train[1]])
+    side = {id(p) for p in strategy.model.network_of(1).parameters()}
+    assert side & {id(p) for g in strategy.optimizer.param_groups for p in g["params"]}
+    assert strategy.optimizer.state and 1 in strategy.train_sizes
+    lr = strategy.optimizer.param_groups[0]["lr"]
+    strategy.train(UnlearnExperience(1))
+    assert [g["params"] for g in strategy.optimizer.param_groups] == [[]]
+    assert not strategy.optimizer.state and strategy.optimizer.param_groups[0]["lr"] == lr
+    assert 1 not in strategy.train_sizes and 0 in strategy.train_sizes
+    state = strategy.checkpoint_state()
+    assert state["side"] == [0] and not any(k.startswith("side.1.") for k in state["model"])
+    assert any(k.startswith("side.0.") for k in state["model"])
+    assert state["strategy"]["train_sizes"] == {0: len(train[0].dataset)}
+    strategy.train(train[2])                     # the next request trains with fresh state
+    assert {id(p) for g in strategy.optimizer.param_groups for p in g["params"]} == {
+        id(p) for p in strategy.model.network_of(2).parameters()}
+
+
+def test_a_merge_runs_as_many_steps_as_its_task_or_as_the_authors_code(monkeypatch):
+    """merge_length="task" (CLArena's): epochs × mini-batches of the merged task;
+    "last_permanent" (the CLPU authors' n_iters): the last permanent learning request's steps,
+    1 before there is one (every task temporary first, as under unlearnable_age)."""
+    steps = []
+    for length, permanent_first in (("task", False), ("last_permanent", False),
+                                    ("last_permanent", True)):
+        strategy, bm, _ = make_strategy("clpu_derpp", lr=0.01, epochs=2, merge_length=length)
+        train = bm.train_stream
+        first = learn_permanently(train[0]) if permanent_first else train[0]
+        strategy.train([first, train[1]])
+        counted = []
+        monkeypatch.setattr(strategy, "optimization_steps",
+                            lambda groups, n, loss, counted=counted: counted.append(n))
+        strategy.train(MakePermanentExperience(1))
+        steps.append(counted[0])
+    batches = [-(-len(train[t].dataset) // strategy.train_mb_size) for t in (0, 1)]
+    assert steps == [2 * batches[1], 1, 2 * batches[0]]
+
+
 def test_permanent_learning_rehearses_only_permanent_buffers(monkeypatch):
     strategy, bm, _ = make_strategy("clpu_derpp", lr=0.01, epochs=1)
     train = bm.train_stream

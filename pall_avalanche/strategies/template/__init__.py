@@ -64,6 +64,9 @@ class TemplateParts(Protocol):
     def make_permanent(self, task: int) -> None:
         """(permanence) Carry out a make-permanent request."""
 
+    def renew_optimizer(self, param_groups: list[dict]) -> None:
+        """(optimization) The user's optimizer with fresh state and ``param_groups``."""
+
     def fresh_optimizer(self, param_groups: list[dict]) -> Optimizer:
         """(optimization) A fresh optimizer of the configured kind over ``param_groups``."""
 

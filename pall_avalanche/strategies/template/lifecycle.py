@@ -190,13 +190,18 @@ class RequestLifecycle:
 
     def unlearn(self, task: int) -> None:
         """Unlearn ``task``: plugins' ``before_unlearning``, the method's ``_unlearn``,
-        plugins' ``after_unlearning``. A task not learned or permanent is refused."""
+        plugins' ``after_unlearning``. A task not learned or permanent is refused. The user's
+        optimizer then holds no tensor and no state (momentum, Adam's moments) of the last
+        learning request, which may have trained on the task's data: its one group keeps only
+        its hyper-parameters (and the learning rate a scheduler set) until the next learning
+        request gives it that request's parameters."""
         check_dataless(task, True, self.active_tasks, self.permanent_tasks)
         self.model.to(self.device)
         self.start_request(RequestKind.UNLEARN, task)
         trigger_plugins(self, "before_unlearning", task=task)
         self.active_tasks.remove(task)
         self._unlearn(task)
+        self.renew_optimizer([{"params": []}])
         trigger_plugins(self, "after_unlearning", task=task)
         self.end_request()
 
