@@ -67,7 +67,7 @@ def test_a_constructor_s_defaults_are_its_declaration_s(method):
 def reasons(path) -> dict[str, str]:
     """Each key a shipped file sets at its top level or per method (``methods.m.k``) → the
     comment that gives its reason: on its line, or the comment lines right above it (for a
-    ``methods:`` entry, above its ``methods:`` line)."""
+    ``methods:`` entry, also those above its ``methods:`` line). An entry is one line."""
     out: dict[str, str] = {}
     comments: list[str] = []
     block: list[str] = []
@@ -82,8 +82,8 @@ def reasons(path) -> dict[str, str]:
             why = " ".join([*comments, comment.strip()]).strip()
             out[top.group(1)] = why
         entry = re.match(r"^\s+(\w+):\s*\{(.*)\}", text)
-        if entry:
-            why = " ".join([*block, comment.strip()]).strip()
+        if entry:       # the comments above the methods: block, above the entry, on its line
+            why = " ".join([*block, *comments, comment.strip()]).strip()
             for key in re.findall(r"(\w+):", entry.group(2)):
                 out[f"methods.{entry.group(1)}.{key}"] = why
         comments = []
@@ -129,6 +129,24 @@ def test_the_shipped_configurations_hold_overrides_only_each_with_its_reason():
     assert rows, "no override found: the table would prove nothing"
     unexplained = [row[:3] for row in rows if len(row[4]) < 20]
     assert not unexplained, f"overrides without a reason beside them: {unexplained}"
+
+
+def test_uncle_runs_as_its_authors_configure_the_paper_s_benchmarks():
+    """UnCLe's values from its authors' files (visprasadh/uncle, config/main): S-CIFAR100's
+    c100_10b_s5.yaml, S-TinyImageNet's tiny_20b_s5.yaml; S-CIFAR10 (no file of theirs) the
+    five-datasets one, 5d_5b_s5.yaml."""
+    files = {"cifar100": {"hnet_hidden": "128,256,512", "beta_reg": 0.1, "gamma_forget": 0.01,
+                          "lr": 0.001, "batch_size": 512},
+             "tinyimagenet": {"hnet_hidden": "128,256,512", "beta_reg": 0.01,
+                              "gamma_forget": 0.01, "lr": 0.001, "batch_size": 512},
+             "cifar10": {"hnet_hidden": "128,256,512", "beta_reg": 0.001, "gamma_forget": 0.1,
+                         "lr": 0.001, "batch_size": 512}}
+    for benchmark, theirs in files.items():
+        resolved = resolve_method_config(for_benchmark(benchmark), "uncle")
+        assert {k: resolved[k] for k in theirs} == theirs, benchmark
+        # every file: embeddings of 32, 100 forget steps, 10 noise draws
+        assert (resolved["embedding_dim"], resolved["unlearn_steps"],
+                resolved["noise_samples"]) == (32, 100, 10)
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
