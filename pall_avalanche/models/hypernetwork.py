@@ -199,15 +199,20 @@ class GeneratedNetwork(MultiTaskModule):
                          max(sizes))
         return [row[:size] for row, size in zip(rows, sizes, strict=True)]
 
-    def fixed_generation(self, tasks: Sequence[int]
+    def fixed_generation(self, tasks: Sequence[int], *, padded: bool = False
                          ) -> tuple[torch.Tensor, int, torch.Tensor | None]:
         """What generating ``tasks``' vectors many times, their embeddings fixed, needs (one
         hypernetwork pass ``hnet(embeddings, length)`` a step, no per-task slicing): (their
         embeddings stacked, detached; the longest vector's length; a 0/1 mask ``(G, length)``
-        of each task's own entries, ``None`` when every vector is that long)."""
+        of each task's own entries, ``None`` when every vector is that long). With
+        ``padded``, the length is the longest vector's in whole chunks and every generated
+        entry counts (no mask): the hypernetwork's whole output, padding included."""
         sizes = [self.size(task) for task in tasks]
         embeddings = torch.stack([self.embeddings[str(task)].detach() for task in tasks])
         length = max(sizes)
+        if padded:
+            chunk = self.hnet.chunk_size
+            return embeddings, math.ceil(length / chunk) * chunk, None
         if min(sizes) == length:
             return embeddings, length, None
         entries = torch.arange(length) < torch.tensor(sizes).unsqueeze(1)

@@ -40,7 +40,10 @@ from pall_avalanche.models.hypernetwork import GeneratedNetwork, parse_widths
 from pall_avalanche.models.multitask import task_network
 from pall_avalanche.strategies.base import UnlearningTemplate
 
-__all__ = ["DECLARATIONS", "UnCLe", "noise_objective", "output_regulariser"]
+__all__ = ["DECLARATIONS", "NORMS", "UnCLe", "noise_objective", "output_regulariser"]
+
+#: Over which vector UnCLe's two norms run (:class:`UnCLe`'s ``norms``).
+NORMS = ("parameters", "padded")
 
 
 def output_regulariser(generated: torch.Tensor, anchors: torch.Tensor,
@@ -91,6 +94,14 @@ class UnCLe(UnlearningTemplate):
         100, the reference's number; digits sets 300: configs/digits.yaml).
     :param noise_samples: S, the noise draws averaged per unlearning step (the reference's
         ``n_sampling``).
+    :param norms: over which vector the regulariser's and the noise objective's norms run:
+        ``"parameters"`` (the default), each task's parameter vector, the entries the network
+        reads; ``"padded"``, the hypernetwork's whole output, the last chunk's padding
+        included, as the reference runs them over its padded per-layer output
+        (``toolbox/regularisation.py``). The default is ours because the chunks here are flat
+        (the reference chunks each layer): the padding is up to ``chunk_size`` − 1 entries of
+        one last chunk, so counting it would make β and γ weigh differently for every
+        ``chunk_size``.
     """
 
     table_size = HYPERNETWORK_SIZE
@@ -104,7 +115,11 @@ class UnCLe(UnlearningTemplate):
 
     def __init__(self, *, model: nn.Module, hnet_hidden: str = "64,64", chunk_size: int = 2048,
                  embedding_dim: int = 32, beta_reg: float = 0.1, gamma_forget: float = 1.0,
-                 unlearn_steps: int = 100, noise_samples: int = 10, **kwargs) -> None:
+                 unlearn_steps: int = 100, noise_samples: int = 10,
+                 norms: str = "parameters", **kwargs) -> None:
+        if norms not in NORMS:
+            raise ValueError(f"norms={norms!r} is invalid; valid: {', '.join(NORMS)}")
+        self.padded = norms == "padded"
         hidden = parse_widths(hnet_hidden)
         for name, value, low in (("chunk_size", chunk_size, 1), ("embedding_dim", embedding_dim, 1),
                                  ("unlearn_steps", unlearn_steps, 0),
@@ -145,7 +160,8 @@ class UnCLe(UnlearningTemplate):
         self.model.embeddings[str(self.experience.task_label)].requires_grad_(True)
         self._anchored = list(self.active_tasks)
         if self._anchored:
-            self._generation = self.model.fixed_generation(self._anchored)
+            self._generation = self.model.fixed_generation(self._anchored,
+                                                           padded=self.padded)
             with torch.no_grad():
                 self._anchors = self.model.hnet(*self._generation[:2])
 
@@ -189,8 +205,9 @@ class UnCLe(UnlearningTemplate):
         """Drive ``task``'s generated weights towards noise, the remaining tasks' kept by the
         regulariser; no data is read."""
         remaining = list(self.active_tasks)
-        embeddings, length, entries = self.model.fixed_generation([*remaining, task])
-        size = self.model.size(task)
+        embeddings, length, entries = self.model.fixed_generation([*remaining, task],
+                                                                  padded=self.padded)
+        size = length if self.padded else self.model.size(task)
         with torch.no_grad():
             anchors = self.model.hnet(embeddings, length)[:-1]
 
@@ -229,4 +246,7 @@ DECLARATIONS = (Method("uncle", UnCLe, exact=False, label="UnCLe", keys={
     "unlearn_steps": Key(100, "the steps of the first unlearning request (later ones: ×0.9 "
                          "each)", low=0),
     "noise_samples": Key(10, "S, the noise draws averaged per unlearning step", low=1),
+    "norms": Key("parameters", "the vector the regulariser's and the noise objective's norms "
+                 "run over: parameters (the entries the network reads) or padded (the "
+                 "hypernetwork's whole output, as the reference)", choices=NORMS),
 }),)

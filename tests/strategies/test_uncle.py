@@ -211,6 +211,37 @@ def test_unlearning_is_data_free_forgets_the_task_and_keeps_the_others_nearly(mo
     assert strategy.unlearning_steps() == int(int(300 * 0.9) * 0.9) == 243
 
 
+def test_padded_norms_run_over_the_hypernetwork_s_whole_output(monkeypatch):
+    """norms="padded" (the reference's vector): the noise objective sees the unlearned task's
+    whole generated output, its last chunk's padding included, and the regulariser every
+    generated entry of the remaining tasks; "parameters" (the default) the entries the
+    network reads."""
+    import pall_avalanche.strategies.uncle as uncle
+
+    lengths, real = {}, uncle.noise_objective
+    for norms in ("parameters", "padded"):
+        strategy, bm, _ = make_strategy("uncle", measured=False, unlearn_steps=2, norms=norms)
+        for exp in bm.train_stream[:2]:
+            strategy.train(exp)
+        seen = []
+        monkeypatch.setattr(uncle, "noise_objective",
+                            lambda weights, samples, seen=seen: (seen.append(weights.numel()),
+                                                                 real(weights, samples))[1])
+        strategy.train(UnlearnExperience(1))
+        monkeypatch.setattr(uncle, "noise_objective", real)
+        chunk = strategy.model.hnet.chunk_size
+        size = strategy.model.size(1)
+        _, length, entries = strategy.model.fixed_generation([0, 1], padded=norms == "padded")
+        lengths[norms] = (set(seen), length, entries is None)
+    assert lengths["parameters"] == ({size}, size, True)
+    assert lengths["padded"] == ({math.ceil(size / chunk) * chunk},
+                                 math.ceil(size / chunk) * chunk, True)
+    assert size % chunk                     # the MLP's vector does not fill its last chunk
+    with pytest.raises(ValueError, match="norms='sideways' is invalid; valid: parameters, "
+                                         "padded"):
+        UnCLe(model=strategy.model, optimizer=strategy.optimizer, norms="sideways")
+
+
 # ------------------------------------------------------------- grown heads, sizes, keys
 class Digits(TensorDataset):
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
