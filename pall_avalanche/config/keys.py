@@ -16,7 +16,6 @@ from pall_avalanche.options import (
     INPUT_PIPELINES,
     LR_SCHEDULES,
     OPTIMIZERS,
-    SELECTION_NAMES,
 )
 
 __all__ = ["AUTO_MIN_RUNS", "CONFIG_KEYS", "CPU_RUN_THREADS", "MAX_SEED", "REQUIRED_KEYS",
@@ -76,14 +75,10 @@ def _at_least(low: float, *, above: bool = False) -> tuple[Callable[[Any], bool]
 
 
 def _registered(registry: str) -> tuple[Callable[[Any], bool], str]:
-    """A name of a registry (:mod:`pall_avalanche.catalog`; looked up when a value is
-    checked)."""
+    """A name of a registry, ``"benchmark"`` or ``"model"`` (:mod:`pall_avalanche.catalog`;
+    looked up when a value is checked)."""
     def names() -> list[str]:
-        if registry == "benchmark":
-            return sorted(BENCHMARK_INFO)
-        if registry == "model":
-            return sorted(MODEL_INFO)
-        return list(SELECTION_NAMES)
+        return sorted(BENCHMARK_INFO if registry == "benchmark" else MODEL_INFO)
 
     class _Names:
         def __str__(self) -> str:

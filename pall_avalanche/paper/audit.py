@@ -301,7 +301,7 @@ def main(argv=None) -> None:
     # the permutation tests take minutes: a line per method and test as they end
     tests_bar = StageProgress(2 * len(methods), "tests", not args.quiet, names=str)
     summary = summarise(runs, shadow_runs, methods, n_permutations=permutations,
-                        done=lambda what: tests_bar.update(what))
+                        done=tests_bar.update)
     tests_bar.close()
     minutes = (time.perf_counter() - started) / 60
     frame = pd.DataFrame(summary.rows)

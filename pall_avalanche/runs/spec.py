@@ -122,7 +122,8 @@ def plan(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any]
     """The specifications of every (method, seed), in that order: ``config`` with
     ``overrides`` resolved and checked once per method
     (:func:`~pall_avalanche.config.check_run_config`), the requests checked against it. The
-    edge of the run wing: everything below it receives these frozen, checked specifications.
+    entry of the ``runs`` package: every module below it receives these frozen, checked
+    specifications.
 
     :param methods: registered method names.
     :param seeds: the seeds.
