@@ -3,9 +3,14 @@ field"), as pure functions of records (numbers only; the probe that stores what 
 a run's record and the Avalanche metric are in :mod:`pall_avalanche.evaluation.references`).
 
 Two reference runs of the same method and seed (ordinary records, launched by
-``benchmarks/table_field.py``): the *retrained* reference receives the request sequence
-without any request of the unlearned tasks (the oracle), the *never-unlearned* reference the
-sequence without its unlearning requests. Against them (final models):
+``benchmarks/table_field.py``; their sequences from :func:`reference_sequences`): the
+*retrained* reference learns every task but the unlearned ones, the *never-unlearned*
+reference every task. In CLArena's form (``"continual"``, the default) both are the method's
+continual-learning run with unlearning switched off, every task learned permanently (CLArena's
+``CUL_REF_RETRAIN_EXPR`` and ``CUL_REF_ORIGINAL_EXPR``: for CLPU-DER++ that is DER++, for
+Amnesiac HAT HAT without backups); in the protocol's form (``"protocol"``) they are the run's
+own sequence without any request of the unlearned tasks (the exactness audit's oracle) and
+without its unlearning requests. Against them (final models):
 
 - **feature distance** (CLArena's ``cul_dd``): on the test inputs of every unlearned task t,
   through t's route (its head, mask or network) in both models, the backbone features of the
@@ -35,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from pall_avalanche.requests import RequestKind
+from pall_avalanche.requests import RequestKind, RequestSequence
 
-__all__ = ["FIELD_METRICS", "accuracy_gain", "feature_distance", "field_metrics", "linear_cka",
-           "tug_of_war"]
+__all__ = ["FIELD_METRICS", "REFERENCE_FORMS", "accuracy_gain", "feature_distance",
+           "field_metrics", "linear_cka", "reference_sequences", "tug_of_war"]
 
 #: The field's metrics of a run (name → what it is), in table order.
 FIELD_METRICS = {
@@ -48,6 +53,38 @@ FIELD_METRICS = {
     "accuracy_gain": "A_l minus the never-unlearned reference's, on the remaining tasks",
     "tow": "tug-of-war against the retrained reference",
 }
+
+
+#: The forms of the reference runs (:func:`reference_sequences`), the default first.
+REFERENCE_FORMS = ("continual", "protocol")
+
+
+def reference_sequences(sequence: RequestSequence, form: str = "continual",
+                        unlearnable_age: int | None = None
+                        ) -> tuple[RequestSequence, RequestSequence]:
+    """The (retrained, never-unlearned) reference sequences of a run's ``sequence``.
+
+    ``"continual"`` (CLArena's reference experiments): the learning requests of every task but
+    the unlearned ones, and of every task, each learned permanently with no other request
+    (:meth:`~pall_avalanche.requests.RequestSequence.as_continual_learning`).
+    ``"protocol"``: ``sequence`` without any request of its unlearned tasks, and without its
+    unlearning requests (with the ``unlearnable_age`` the sequence was generated with, each
+    formerly unlearned task made permanent where that protocol makes the others:
+    :meth:`~pall_avalanche.requests.RequestSequence.without_unlearning`).
+
+    :raises ValueError: an unknown ``form``, or a sequence that unlearns every task it learns
+        (the retrained reference would have no request).
+    """
+    if form not in REFERENCE_FORMS:
+        raise ValueError(f"reference form {form!r} is invalid; valid: {REFERENCE_FORMS}")
+    retrained = sequence.without_tasks(sequence.unlearned_tasks)
+    if not len(retrained):
+        raise ValueError(f"{sequence}: every task it learns is unlearned, so the "
+                         "retrained reference (the sequence without the unlearned tasks) has "
+                         "no request; give a sequence that keeps a task learned")
+    if form == "continual":
+        return retrained.as_continual_learning(), sequence.as_continual_learning()
+    return retrained, sequence.without_unlearning(unlearnable_age)
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:

@@ -84,10 +84,9 @@ class ReferenceMetrics(PluginMetric[dict]):
     request are the run's.
 
     :param benchmark: the run's benchmark (its training and test streams are probed).
-    :param retrained: the record of the retrained reference (the sequence without every
-        request of the unlearned tasks).
-    :param never_unlearned: the record of the never-unlearned reference (the sequence without
-        its unlearning requests).
+    :param retrained: the record of the retrained reference (a run of the first sequence
+        :func:`~pall_avalanche.evaluation.field.reference_sequences` gives).
+    :param never_unlearned: the record of the never-unlearned reference (a run of the second).
     """
 
     def __init__(self, benchmark, retrained: Mapping[str, Any],

@@ -11,11 +11,15 @@ unlearned until N tasks were learned after it and becomes permanent when task t 
 CLArena's ``unlearnable_age``; the same draws from fewer positions; ``--requests`` replays one
 sequence instead, the only protocol then).
 For every method, protocol and seed the script runs three ordinary
-records (reused, ``--jobs``): the run itself, the retrained reference (the sequence without
-any request of the unlearned tasks) and the never-unlearned reference (without the unlearning
-requests; under CLPU's protocol the unlearned tasks become permanent there as the others
-do). Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned
-tasks' backbone features to the retrained reference (euclidean, cosine, 1 − linear CKA), the
+records (reused, ``--jobs``): the run itself, the retrained reference and the never-unlearned
+reference. By default the references are CLArena's (``--references continual``): the
+method's continual-learning run with unlearning switched off, every task but the unlearned
+ones, or every task, learned permanently (CLPU-DER++'s is DER++, Amnesiac HAT's is HAT
+without backups); ``--references protocol`` runs the sequence itself without any request of
+the unlearned tasks (the exactness audit's oracle) and without its unlearning requests (under
+CLPU's protocol the unlearned tasks become permanent there as the others do).
+Columns: A_l, A_u, F_l, F_u (the paper's), the feature distance of the unlearned tasks'
+backbone features to the retrained reference (euclidean, cosine, 1 − linear CKA), the
 accuracy gain of the remaining tasks over the never-unlearned reference, ToW against the
 retrained reference with its 95 % t-interval over seeds, the final inference model size, the
 mean time per request, the exactness the method is registered with and, given an audit report
@@ -34,31 +38,28 @@ import pandas as pd
 
 from pall_avalanche.catalog import ABLATION_METHODS, FIELD_METHODS, TABLE1_METHODS
 from pall_avalanche.cli import run_options
-from pall_avalanche.evaluation.field import FIELD_METRICS, field_metrics
+from pall_avalanche.evaluation.field import (
+    FIELD_METRICS,
+    REFERENCE_FORMS,
+    field_metrics,
+    reference_sequences,
+)
 from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.exit_codes import main_guard
 from pall_avalanche.paper.kit import finish_report, script_parser, start_script
 from pall_avalanche.reports import format_mean_std, format_table, summary_frame
-from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.spec import plan, probe_modules
 from pall_avalanche.runs.wandb_logging import default_group
 
 NAME = "table_field"
+#: How the report names each form of the reference runs.
+_FORMS = {"continual": "CLArena's (--references continual: the method with unlearning off, "
+                       "every task learned permanently; CLPU-DER++'s is DER++, Amnesiac "
+                       "HAT's is HAT without backups)",
+          "protocol": "on the run's own protocol (--references protocol: its sequence without "
+                      "the unlearned tasks' requests, and without its unlearning requests)"}
 #: The protocols' labels.
 PAPER, CLPU = "paper", "CLPU"
-
-
-def _references(sequence: RequestSequence, unlearnable_age: int | None
-                ) -> tuple[RequestSequence, RequestSequence]:
-    """(retrained, never unlearned): ``sequence`` without any request of its unlearned tasks,
-    and without its unlearning requests (under the CLPU protocol the unlearned tasks become
-    permanent where the protocol makes the others: :meth:`RequestSequence.without_unlearning`)."""
-    retrained = sequence.without_tasks(sequence.unlearned_tasks)
-    if not len(retrained):
-        raise ValueError(f"--requests {sequence}: every task it learns is unlearned, so the "
-                         "retrained reference (the sequence without the unlearned tasks) has "
-                         "no request; give a sequence that keeps a task learned")
-    return retrained, sequence.without_unlearning(unlearnable_age)
 
 
 def _verdicts(paths: list[str] | None) -> dict[str, str]:
@@ -85,6 +86,11 @@ def main(argv=None) -> str:
                         help="the CLPU protocol's age N: a task can be unlearned until N "
                              "tasks were learned after it, and becomes permanent when task "
                              "t + N starts (1 .. n_tasks - 1; default 2)")
+    parser.add_argument("--references", choices=REFERENCE_FORMS, default=REFERENCE_FORMS[0],
+                        help="the reference runs: continual (CLArena's: the method with "
+                             "unlearning off, every task learned permanently) or protocol "
+                             "(the run's own sequence without the unlearned tasks' requests, "
+                             "and without its unlearning requests); default continual")
     parser.add_argument("--audit-report", metavar="CSV", action="append",
                         help="an exactness audit's CSV (benchmarks/audit.py) whose verdicts "
                              "fill the audit column; repeatable (a later file's verdict wins)")
@@ -107,10 +113,19 @@ def main(argv=None) -> str:
         generated_with = dict(overrides).get("unlearnable_age")
         for spec in plan(run.methods, run.seeds, run.config, overrides=overrides,
                          requests=run.requests, modules=modules):
+            try:
+                sequences = reference_sequences(spec.sequence, run.args.references,
+                                                generated_with)
+            except ValueError as err:   # only a given sequence can unlearn every task
+                raise ValueError(f"--requests {err}") from None
+            # a replayed sequence does not depend on the age it was generated with, so CLArena's
+            # references (without the age's make-permanent requests) serve both protocols
+            age_of_reference = (overrides if run.args.references == "protocol"
+                                else [("unlearnable_age", None)])
             retrained, never = (
-                plan([spec.method], [spec.seed], run.config, overrides=overrides,
+                plan([spec.method], [spec.seed], run.config, overrides=age_of_reference,
                      requests=sequence, modules=modules)[0]
-                for sequence in _references(spec.sequence, generated_with))
+                for sequence in sequences)
             triples.append((label, spec, retrained, never))
     unique = list(dict.fromkeys(s for _, *specs in triples for s in specs))
     options = {**run_options(run.args), "checkpoints": False}
@@ -144,7 +159,8 @@ def main(argv=None) -> str:
         title=f"The continual-unlearning field ({run.config['benchmark']}, T={run.n_tasks})",
         notes=[f"Protocols: {PAPER} (every task temporary) and {CLPU} (unlearnable_age = "
                f"{age}); per method, protocol and seed a retrained and a never-unlearned "
-               "reference run (docs/fidelity.md, \"The field\")",
+               f"reference run, {_FORMS[run.args.references]} (docs/fidelity.md, \"The "
+               "field\")",
                f"PALL α = {run.value('alpha'):g}; mean ± std over seeds; ToW mean [95 % "
                "t-interval]; DD: feature distance of the unlearned tasks' backbone features "
                "to the retrained reference; AG: accuracy gain of the remaining tasks over the "

@@ -192,6 +192,17 @@ class RequestSequence(Sequence[Request]):
         insert_make_permanent(kept, self.unlearned_tasks, unlearnable_age)
         return RequestSequence(kept, self.n_tasks)
 
+    def as_continual_learning(self) -> RequestSequence:
+        """The sequence as a continual-learning run with unlearning switched off, as CLArena
+        runs its reference experiments (``disable_unlearning=True``): its learning requests in
+        order, each one permanent, and no unlearning or make-permanent request (``L0 L1 U0 L2
+        M1`` → ``P0 P1 P2``). What a method does with it is what its ``permanence`` says of a
+        permanent task: CLPU-DER++ learns every task into its main network (DER++), Amnesiac
+        HAT trains no backups (HAT), the Amnesiac learners store no update; the others learn
+        as on the learning requests alone."""
+        return RequestSequence([Request(RequestKind.LEARN, r.task, permanent=True)
+                                for r in self._requests if r.is_learn], self.n_tasks)
+
     def to_list(self) -> list[dict]:
         """The JSON-ready form: ``[{"kind": "learn", "task": 0}, ...]`` (a permanent learning
         request adds ``"permanent": true``)."""

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import FAST_CONFIG
+from helpers import BUILT_IN_METHODS, FAST_CONFIG, seq
 
 from pall_avalanche.data import build_benchmark
 from pall_avalanche.evaluation.field import (
@@ -13,6 +13,7 @@ from pall_avalanche.evaluation.field import (
     feature_distance,
     field_metrics,
     linear_cka,
+    reference_sequences,
     tug_of_war,
 )
 from pall_avalanche.evaluation.metrics import t_interval
@@ -143,3 +144,48 @@ def test_the_avalanche_metric_reports_what_the_records_give():
     # both, so its features are those of the retrained reference
     assert expected["dd_euclidean"] == pytest.approx(0.0, abs=1e-4)
     assert expected["dd_cka"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_reference_sequences_in_clarenas_form_and_on_the_protocol():
+    sequence = seq("L0 L1 U0 L2 M1 L3 U3", 4)        # unlearnable_age 2: M1 before L3
+    retrained, never = reference_sequences(sequence)
+    assert (str(retrained), str(never)) == ("P1 P2", "P0 P1 P2 P3")
+    retrained, never = reference_sequences(sequence, "protocol", 2)
+    assert (str(retrained), str(never)) == ("L1 L2 M1", "L0 L1 M0 L2 M1 L3")
+    with pytest.raises(ValueError, match="reference form 'oracle' is invalid; valid:"):
+        reference_sequences(sequence, "oracle")
+    with pytest.raises(ValueError, match="L0 U0: every task it learns is unlearned"):
+        reference_sequences(seq("L0 U0", 4))
+
+
+@pytest.mark.parametrize(("method", "learner"), [("clpu_derpp", "derpp"),
+                                                 ("amnesiac_hat", "hat")])
+def test_clarenas_references_are_the_method_with_unlearning_off(method, learner):
+    """CLArena runs its references with unlearning disabled: CLPU-DER++ is then DER++ (every
+    task in the main network, no side network), Amnesiac HAT is HAT (no backups). The
+    continual form's run of the method equals its learner's run of the same tasks request by
+    request, where the run of the sequence itself (the protocol's form) does not."""
+    config = {**FAST_CONFIG, "epochs": 1, "train_per_task": 60}
+    sequence = seq("L0 L1 L2 U1")
+    retrained, never = reference_sequences(sequence)
+    learner_runs = [run_record(learner, 0, config, requests=seq(str(s).replace("P", "L")))
+                    for s in (retrained, never)]
+    for reference, expected in zip((retrained, never), learner_runs, strict=True):
+        record = run_record(method, 0, config, requests=reference)
+        assert record["accuracy"] == expected["accuracy"]
+        assert record["model_size_mb_per_request"] == expected["model_size_mb_per_request"]
+    on_protocol = run_record(method, 0, config,
+                             requests=reference_sequences(sequence, "protocol")[1])
+    assert on_protocol["accuracy"] != learner_runs[1]["accuracy"]
+
+
+@pytest.mark.parametrize("method", [m for m in BUILT_IN_METHODS
+                                    if m not in ("clpu_derpp", "amnesiac_hat")])
+def test_a_permanent_learning_request_trains_as_a_temporary_one(method):
+    """CLArena's references learn every task permanently; for every method but CLPU-DER++ and
+    Amnesiac HAT that is the run of the same learning requests, record for record."""
+    config = {**FAST_CONFIG, "epochs": 1, "train_per_task": 60}
+    temporary = run_record(method, 0, config, requests=seq("L0 L1 L2"))
+    permanent = run_record(method, 0, config, requests=seq("P0 P1 P2"))
+    assert permanent["accuracy"] == temporary["accuracy"]
+    assert permanent["model_size_mb_per_request"] == temporary["model_size_mb_per_request"]

@@ -155,9 +155,14 @@ def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
     assert list(zip(frame["point"], frame["method"], strict=True)) == [
         ("paper", "independent"), ("paper", "clpu_derpp"), ("CLPU", "independent"),
         ("CLPU", "clpu_derpp")]
-    # both delete the unlearned task's network: its features are the retrained reference's
-    paper = frame[frame["point"] == "paper"]
-    assert (paper["dd_euclidean_mean"].abs() < 1e-4).all() and (paper["dd_cka_mean"] < 1e-6).all()
+    # Independent deletes the unlearned task's model: its features are the retrained
+    # reference's. CLPU-DER++'s reference in CLArena's form is DER++, whose main network
+    # learned the remaining tasks; under the paper's protocol (every task temporary) the run's
+    # main network never trained, so the unlearned task's features differ from the reference's
+    paper = frame[frame["point"] == "paper"].set_index("method")
+    assert abs(paper.loc["independent", "dd_euclidean_mean"]) < 1e-4
+    assert paper.loc["independent", "dd_cka_mean"] < 1e-6
+    assert paper.loc["clpu_derpp", "dd_euclidean_mean"] > 1e-3
     assert list(frame["audit_verdict"].fillna("")) == ["", "no leak found", "",
                                                        "no leak found"]
     markdown = (tmp_path / "table_field_digits.md").read_text()
@@ -165,10 +170,25 @@ def test_field_table_has_its_columns_references_and_audit_verdicts(tmp_path):
         assert f" {column} |" in markdown
     rows = [line for line in markdown.splitlines() if line.startswith("| paper | CLPU-DER++")]
     assert len(rows) == 1 and "| *Exact* (" in rows[0]      # A_u as Table 1 prints it
-    # three records per method, protocol and seed: the run and its two references
+    # per method and seed the run of each protocol and two references, both protocols' the
+    # same (the same unlearned tasks): every task learned permanently, and every task but the
+    # unlearned ones
     records = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("seed0.json")]
-    assert len(records) == 2 * 2 * 3 and all("probe" in r for r in records)
-    # CLPU's never-unlearned reference: the unlearned tasks become permanent as the others
+    assert len(records) == 2 * (2 + 2) and all("probe" in r for r in records)
+    sequences = [RequestSequence(r["requests"], 5) for r in records
+                 if r["method"] == "clpu_derpp"]
+    unlearned = set(sequences[0].unlearned_tasks or sequences[1].unlearned_tasks)
+    assert sorted(str(s) for s in sequences if len(s.permanent_tasks) == len(s)) == sorted([
+        "P0 P1 P2 P3 P4", " ".join(f"P{t}" for t in range(5) if t not in unlearned)])
+    # on the protocol's reference CLPU-DER++ is at distance 0 under the paper's protocol (the
+    # main network untrained in both), and CLPU's never-unlearned reference makes the
+    # unlearned tasks permanent as the others
+    module.main([*TINY, "--methods", "clpu_derpp", "--unlearnable-age", "1",
+                 "--references", "protocol", "--out", str(tmp_path / "res"),
+                 "--report-dir", str(tmp_path / "protocol")])
+    paper = pd.read_csv(tmp_path / "protocol" / "table_field_digits.csv").iloc[0]
+    assert paper["point"] == "paper" and abs(paper["dd_euclidean_mean"]) < 1e-4
+    records = [json.loads(p.read_text()) for p in (tmp_path / "res").rglob("seed0.json")]
     clpu = [RequestSequence(r["requests"], 5) for r in records
             if r["config"].get("unlearnable_age") == 1 and r["method"] == "clpu_derpp"]
     never = [s for s in clpu if not s.unlearned_tasks and len(s.learned_tasks) == 5]
