@@ -30,10 +30,11 @@ FAST_CONFIG = {
 
 #: The package's own methods (a plugin's, registered by another test module, are left out, so
 #: that what is collected does not depend on collection order), without the audit-only leaky
-#: variants (tests/audit/test_leaky.py).
+#: variants and positive controls (tests/audit/test_leaky.py).
 BUILT_IN_METHODS = [m for m, info in METHOD_INFO.items()
                     if info.where.startswith("pall_avalanche.")
-                    and not info.where.startswith("pall_avalanche.strategies.leaky:")]
+                    and not info.where.startswith(("pall_avalanche.strategies.leaky:",
+                                                   "pall_avalanche.strategies.controls:"))]
 
 #: The methods two per-method tests run in the default suite; the others run them with
 #: ``-m slow``. In the default suite every method still resumes a stopped run bit for bit (the

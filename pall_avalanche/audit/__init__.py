@@ -11,13 +11,17 @@ The experiments and their modules:
   oracles, KLoM per example and the retained-set exposure
   (:mod:`~pall_avalanche.audit.exposure`);
 - :mod:`~pall_avalanche.audit.probes` — what rides along those runs (the records' contents);
-- :mod:`~pall_avalanche.strategies.leaky` — the calibration instruments: a positive control whose
-  unlearning changes nothing and PALL variants that leak a known amount (dose-response);
+- :mod:`~pall_avalanche.audit.plans` — what each method is judged by: its two primary tests
+  and the positive control of its kind of model (:mod:`~pall_avalanche.strategies.leaky`,
+  :mod:`~pall_avalanche.strategies.controls`: unlearning that changes nothing), and PALL
+  variants that leak a known amount through one of its channels;
 - :mod:`~pall_avalanche.audit.permutation` — the calibrated tests (permutation nulls, Holm);
 - :mod:`~pall_avalanche.audit.summary` and :mod:`~pall_avalanche.audit.verdict` — one line
   per method, and only what the evidence carries: "not measurable" when t was not learned,
-  "no power" when the positive control is not detected, else "leaks D^t", "leaves a
-  signature, not of D^t" or "no leak found", bounded by the smallest leak detected (δ).
+  "no power" when its positive control is not detected, else "leaks D^t", "distinguishable
+  from never-learned" or "no leak found", each naming the test, and for a method registered
+  exact an equivalence claim: "exact within ε" only when the leak's simultaneous upper bound
+  is below the margin ε.
 
 For a request sequence R that unlearns the tasks U, the oracle sequence R′ is R without any
 request of a task in U (:func:`oracle_sequence`). Per method and seed the audit trains three

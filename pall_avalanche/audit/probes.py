@@ -30,16 +30,19 @@ __all__ = ["AuditProbe", "RetainedExposure", "ShadowProbe", "head_logits", "marg
 
 @torch.no_grad()
 def model_logits(strategy: UnlearningTemplate, dataset, n_tasks: int) -> dict[str, list]:
-    """The final model's logits under every head (eval mode, evaluation transform) on every
-    input of ``dataset``, rounded to 5 decimals, with the labels: ``{"logits", "y"}``."""
+    """The model's logits under every head (eval mode, evaluation transform; the model's mode
+    is restored) on every input of ``dataset``, rounded to 5 decimals, with the labels:
+    ``{"logits", "y"}``."""
     batch = strategy.eval_mb_size or strategy.train_mb_size
     data = dataset.eval()
     x = torch.stack([data[i][0] for i in range(len(data))]).to(strategy.device)
     y = [int(data[i][1]) for i in range(len(data))]
     model = strategy.model
+    was_training = model.training
     model.eval()
     logits = torch.cat([torch.cat([model(x[i:i + batch], h) for i in range(0, len(x), batch)])
                         for h in range(n_tasks)], dim=1)
+    model.train(was_training)
     return {"logits": np.round(logits.cpu().numpy(), 5).tolist(), "y": y}
 
 
@@ -136,21 +139,48 @@ class RetainedExposure(UnlearningPlugin):
             cell["buffer"] = None if indices is None else [int(i) for i in indices]
 
 
+class _TargetLogits(UnlearningPlugin):
+    """Records the model's logits (every head) on the audit targets at the end of the
+    requests of given indices (``results``: time label → :func:`model_logits`)."""
+
+    def __init__(self, at: dict[int, list[str]]) -> None:
+        super().__init__()
+        self.at = at
+        self.targets, self.n_tasks = None, 0
+        self.results: dict[str, dict[str, list]] = {}
+
+    def after_request(self, strategy, result, **kwargs) -> None:
+        labels = self.at.get(result.index, ())
+        if labels:
+            logits = model_logits(strategy, self.targets, self.n_tasks)
+            self.results.update(dict.fromkeys(labels, logits))
+
+
 class ShadowProbe:
     """Rides along a shadow run: :meth:`finish` returns the final model's logits (every head)
     on the whole training set of the halved task and which of its examples were trained on,
-    every example's margin under its own task's head (``margins``: the halved task's training
-    examples, the other tasks' training examples, every task's test examples; KLoM,
+    the same logits at the end of the requests ``at`` names (``targets_at``: the model right
+    after an unlearning request, or the oracle's at the aligned request), every example's
+    margin under its own task's head (``margins``: the halved task's training examples, the
+    other tasks' training examples, every task's test examples; KLoM,
     :mod:`~pall_avalanche.audit.exposure`) and what its :class:`RetainedExposure` plugin saw
     around the unlearning request (``retained``).
 
     :param task: the audited (halved) task.
+    :param at: request index → the labels of the times it stands for (the same label for a
+        run of R and the aligned request of a run of R′).
     """
 
-    def __init__(self, task: int) -> None:
+    def __init__(self, task: int, at: dict[int, list[str]] | None = None) -> None:
         self.task = task
         self.exposure = RetainedExposure()
-        self.plugins: list = [self.exposure]
+        self.timed = _TargetLogits(dict(at or {}))
+        self.plugins: list = [self.exposure, self.timed]
+
+    def start(self, benchmark) -> None:
+        """Hold the audit targets (the whole audited task's training set) for the timed
+        probes."""
+        self.timed.targets, self.timed.n_tasks = benchmark.audit_targets, benchmark.split.n_tasks
 
     def finish(self, strategy, benchmark) -> dict[str, Any]:
         """What a shadow run records at its end: the final model's logits on the audit
@@ -167,6 +197,7 @@ class ShadowProbe:
         return {"task": self.task,
                 "targets": model_logits(strategy, benchmark.audit_targets,
                                         benchmark.split.n_tasks),
+                "targets_at": self.timed.results,
                 "members": list(benchmark.split.shadow["members"]),
                 "margins": {
                     "forget": margin_lists([(self.task, benchmark.audit_targets)]),

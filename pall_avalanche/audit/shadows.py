@@ -51,13 +51,17 @@ from pall_avalanche.audit.permutation import (
 )
 from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.audit.twins import run_sharing_twins
+from pall_avalanche.audit.verdict import SIMULTANEOUS_LEVEL
 from pall_avalanche.requests import RequestKind, RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
-__all__ = ["SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows", "run_shadows",
-           "shadow_specs"]
+__all__ = ["END", "SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows",
+           "probe_times", "run_shadows", "shadow_specs"]
+
+#: The label of the final model's time.
+END = "end"
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
@@ -85,13 +89,34 @@ def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any
     out = Path(out_dir) / "shadows"
     options = {k: v for k, v in options.items() if k != "checkpoints"}
     records = {}
+    times = probe_times(requests)
     for role, specs in shadow_specs(methods, n_shadows, config, requests=requests,
                                     seed=seed).items():
         run = partial(run_specs, out_dir=out / role, group=default_group(config),
-                      checkpoints=False, probe=partial(ShadowProbe, task), skip_diverged=True,
-                      **options)
+                      checkpoints=False, probe=partial(ShadowProbe, task, times[role]),
+                      skip_diverged=True, **options)
         records[role] = run(specs) if role == "unlearned" else run_sharing_twins(specs, run)
     return records
+
+
+def probe_times(requests: RequestSequence) -> dict[str, dict[int, list[str]]]:
+    """When the attack reads a shadow run besides its end, per role (request index → the
+    labels of the times it stands for): right after every unlearning request of R from the
+    attacked task's on (labelled ``after U1``), unless it is R's last request (the end is
+    then that time), and, for the oracle runs, at the aligned request of R′ (its last request
+    before that point).
+    The model right after t's unlearning request is what a leak lasting only until the next
+    learning request leaves; with no learning request after it, it is the end."""
+    _, unlearned = oracle_sequence(requests)
+    out: dict[str, dict[int, list[str]]] = {"unlearned": {}, "oracle": {}}
+    kept, started = 0, False
+    for index, request in enumerate(requests):
+        kept += request.task not in unlearned
+        started = started or (request.is_unlearn and request.task == unlearned[0])
+        if started and request.is_unlearn and index < len(requests) - 1 and kept:
+            for role, at in (("unlearned", index), ("oracle", kept - 1)):
+                out[role].setdefault(at, []).append(f"after {request}")
+    return out
 
 
 def shadow_specs(methods: Sequence[str], n_shadows: int, config: dict, *,
@@ -111,21 +136,32 @@ def shadow_specs(methods: Sequence[str], n_shadows: int, config: dict, *,
             for role, sequence in (("unlearned", requests), ("oracle", oracle))}
 
 
-def attacked_heads(record: Mapping[str, Any]) -> list[int]:
-    """The heads the attack reads, from a record of the audited sequence R: the audited
-    task's and those of the tasks R learns after it."""
+def attacked_heads(record: Mapping[str, Any], time: str = END) -> list[int]:
+    """The heads the attack reads at ``time``, from a record of the audited sequence R: the
+    audited task's and those of the tasks R learns after it by then."""
     task = record["probe"]["task"]
-    order = [r["task"] for r in record["requests"] if r["kind"] == RequestKind.LEARN]
+    requests = record["requests"]
+    if time != END:       # "after U1": up to that request
+        kind, unlearned = RequestKind.UNLEARN, int(time.removeprefix("after U"))
+        requests = requests[:next(i for i, r in enumerate(requests)
+                                  if r["kind"] == kind and r["task"] == unlearned) + 1]
+    order = [r["task"] for r in requests if r["kind"] == RequestKind.LEARN]
     return [task, *order[order.index(task) + 1:]]
 
 
-def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(features (runs, examples, heads), membership (runs, examples)) of one method's runs."""
+def _targets(record: Mapping[str, Any], time: str) -> Mapping[str, Any]:
+    probe = record["probe"]
+    return probe["targets"] if time == END else probe["targets_at"][time]
+
+
+def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int],
+                   time: str = END) -> tuple[np.ndarray, np.ndarray]:
+    """(features (runs, examples, heads), membership (runs, examples)) of one method's runs at
+    ``time``."""
     first = records[0]
     cpt = first["split"]["classes_per_task"]
     y = np.asarray(first["probe"]["targets"]["y"])
-    features = np.stack([confidence_features(np.asarray(r["probe"]["targets"]["logits"]), y,
+    features = np.stack([confidence_features(np.asarray(_targets(r, time)["logits"]), y,
                                              heads, cpt) for r in records])
     member = np.zeros(features.shape[:2], dtype=bool)
     for i, record in enumerate(records):
@@ -134,18 +170,52 @@ def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int]
 
 
 def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
-           n_permutations: int = N_PERMUTATIONS) -> dict[str, Any]:
+           n_permutations: int = N_PERMUTATIONS, time: str = END) -> dict[str, Any]:
     """The per-example attack (leave one run out) reading ``heads`` and the task-level IN/OUT
     AUC over one method's shadow runs of one role (module docstring):
     :func:`~pall_avalanche.audit.attacks.attack_summary`'s keys, ``runs``, ``negatives``
     (the distinct target examples, the independent negatives a TPR at an FPR rests on), and
     the permutation nulls ``null_auc`` / ``null_inout_auc`` (arrays,
-    :func:`~pall_avalanche.audit.permutation.membership_test`)."""
-    features, member = _attack_inputs(records, heads)
+    :func:`~pall_avalanche.audit.permutation.membership_test`; the same permutations for every
+    call with the same memberships, so nulls of two times or two roles pair up), on the
+    models at ``time`` (:data:`END` or a label of :func:`probe_times`)."""
+    features, member = _attack_inputs(records, heads, time)
     test = membership_test(features, member, n_permutations=n_permutations)
     out: dict[str, Any] = attack_summary(test["scores"], member)
     out.update(runs=len(records), negatives=int(member.shape[1]),
                null_auc=test["null_auc"], null_inout_auc=test["null_inout_auc"])
+    return out
+
+
+def _times(records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The times every run of both roles was probed at: :data:`END` first."""
+    timed = [set(r["probe"].get("targets_at", {})) for role in records.values() for r in role]
+    return [END, *sorted(set.intersection(*timed))]
+
+
+def _worst_time(name: str, found: Mapping[str, Mapping[str, Mapping[str, Any]]]
+                ) -> dict[str, Any]:
+    """The attack statistic ``name`` against its control over the probed times (``found``:
+    time → role → :func:`attack`): ``leak_<name>`` is the largest difference (at
+    ``leak_<name>_time``), its p-value ``_p`` from the largest difference under each
+    permutation (the same permutations at every time and in both roles: a max-statistic
+    test), ``_upper`` the one-sided 95 % bound at that time, ``_bound`` the largest of the
+    times' one-sided bounds at :data:`~pall_avalanche.audit.verdict.SIMULTANEOUS_LEVEL`
+    split over the times (so all hold together), and per time ``leak_<name>[<time>]`` with
+    its own ``_p``."""
+    gaps = {time: (roles["unlearned"][name] - roles["oracle"][name],
+                   roles["unlearned"][f"null_{name}"] - roles["oracle"][f"null_{name}"])
+            for time, roles in found.items()}
+    worst = max(gaps, key=lambda time: gaps[time][0])
+    level = 1 - (1 - SIMULTANEOUS_LEVEL) / len(gaps)
+    out: dict[str, Any] = {
+        f"leak_{name}": gaps[worst][0], f"leak_{name}_time": worst,
+        f"leak_{name}_p": p_value(gaps[worst][0], np.max([n for _, n in gaps.values()], 0)),
+        f"leak_{name}_upper": upper_bound(*gaps[worst], 0.0),
+        f"leak_{name}_bound": max(upper_bound(d, n, 0.0, level) for d, n in gaps.values())}
+    for time, (diff, null) in gaps.items():
+        out[f"leak_{name}[{time}]"] = diff
+        out[f"leak_{name}[{time}]_p"] = p_value(diff, null)
     return out
 
 
@@ -156,8 +226,10 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
     its oracle runs (prefixed ``control_``), each statistic's permutation p-value
     (``attack_auc_p``, ...), the attack against its control (``leak_auc`` = attack AUC −
     control AUC, and ``leak_inout_auc``, each with ``_p``, its permutation p-value, and
-    ``_upper``, its one-sided 95 % upper bound; the attacks' AUCs with ``_low`` / ``_high``,
-    their two-sided 95 % interval by the same inversion), KLoM per example group and the
+    its worst time over the end and the times of :func:`probe_times` with ``_time``, ``_p``,
+    ``_upper`` and ``_bound``: :func:`_worst_time`; the attacks' AUCs, at the per-example
+    gap's worst time, with ``_low`` / ``_high``, their two-sided 95 % interval by the same
+    inversion), KLoM per example group (final models) and the
     retained-set exposure (:mod:`~pall_avalanche.audit.exposure`), and the audited task's
     learning checks over the unlearned runs (``shadow_not_learned`` of ``shadow_runs``).
     The attacks, their comparison and KLoM read the runs of both roles paired by shadow seed
@@ -177,24 +249,24 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
         pairs = sorted(set(mine["unlearned"]) & set(mine["oracle"]))
         records = {role: [mine[role][i] for i in pairs] for role in mine}
         if len(pairs) >= 4:
-            heads = attacked_heads(records["unlearned"][0])
-            found = {role: attack(records[role], heads, n_permutations=n_permutations)
-                     for role in records}
+            found = {time: {role: attack(records[role],
+                                         attacked_heads(records["unlearned"][0], time),
+                                         n_permutations=n_permutations, time=time)
+                            for role in records}
+                     for time in _times(records)}
+            for name in ("auc", "inout_auc"):
+                row.update(_worst_time(name, found))
+            # the attacks' own figures at the per-example gap's worst time
             for role, prefix in (("unlearned", "attack_"), ("oracle", "control_")):
-                for key, value in found[role].items():
+                shown = found[row["leak_auc_time"]][role]
+                for key, value in shown.items():
                     if not key.startswith("null_"):
                         row[prefix + key] = value
                 for name in ("auc", "inout_auc"):
-                    value, null = found[role][name], found[role][f"null_{name}"]
+                    value, null = shown[name], shown[f"null_{name}"]
                     row[f"{prefix}{name}_p"] = p_value(value, null)
                     row[f"{prefix}{name}_low"] = lower_bound(value, null, 0.5, 0.975)
                     row[f"{prefix}{name}_high"] = upper_bound(value, null, 0.5, 0.975)
-            for name in ("auc", "inout_auc"):
-                diff = found["unlearned"][name] - found["oracle"][name]
-                null = found["unlearned"][f"null_{name}"] - found["oracle"][f"null_{name}"]
-                row[f"leak_{name}"] = diff
-                row[f"leak_{name}_p"] = p_value(diff, null)
-                row[f"leak_{name}_upper"] = upper_bound(diff, null, 0.0)
             row.update(klom_figures(records["unlearned"], records["oracle"],
                                     n_permutations=n_permutations))
         row.update(retained_figures(records["unlearned"]))

@@ -1,6 +1,7 @@
-"""Runs the leaky PALL variants share with PALL: a variant differs from PALL in unlearning
-only, so its runs on a sequence without unlearning requests (the oracle roles) are PALL's,
-run once (:mod:`pall_avalanche.strategies.leaky`)."""
+"""Runs the audit's variants share with the method they vary: a leaky PALL variant
+(:mod:`pall_avalanche.strategies.leaky`) differs from PALL, and a positive control of
+:mod:`pall_avalanche.strategies.controls` from its method, in unlearning only, so its runs on
+a sequence without unlearning requests (the oracle roles) are that method's, run once."""
 
 from __future__ import annotations
 
@@ -8,22 +9,29 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.runs.spec import RunSpec
+from pall_avalanche.strategies.controls import IndependentNoUnlearning
 from pall_avalanche.strategies.leaky import LeakyPALL
 
 __all__ = ["oracle_twin", "run_sharing_twins", "runs_needed"]
 
 
+#: The variants' strategies (module:class) → the method each differs from in unlearning only
+#: (it constructs and learns drawing the same random numbers).
+_VARIED = {f"{cls.__module__}:{cls.__name__}": method
+           for cls, method in ((LeakyPALL, "pall"), (IndependentNoUnlearning, "independent"))}
+
+
 def oracle_twin(spec: RunSpec) -> RunSpec:
-    """The run an oracle-role run (a sequence without unlearning requests) of a leaky variant
-    equals: PALL's with the same configuration, seed, requests and training seed (a
-    :class:`LeakyPALL` differs from PALL in unlearning only, and constructs and learns
-    drawing the same random numbers). Any other spec is its own twin."""
+    """The run an oracle-role run (a sequence without unlearning requests) of an audit
+    variant equals: the varied method's with the same configuration, seed, requests and
+    training seed. Any other spec is its own twin."""
     info = METHOD_INFO[spec.method]
-    if info.where != f"{LeakyPALL.__module__}:{LeakyPALL.__name__}":
+    method = _VARIED.get(info.where)
+    if method is None:
         return spec
-    pall = METHOD_INFO["pall"].keys
-    config = {k: v for k, v in spec.config.items() if k in pall or k not in info.keys}
-    return RunSpec("pall", spec.seed, config, spec.requests, spec.train_seed, spec.modules)
+    keys = METHOD_INFO[method].keys
+    config = {k: v for k, v in spec.config.items() if k in keys or k not in info.keys}
+    return RunSpec(method, spec.seed, config, spec.requests, spec.train_seed, spec.modules)
 
 
 def run_sharing_twins(specs: Sequence[RunSpec],

@@ -1,128 +1,134 @@
 """One verdict line per method from the audit's evidence, and only what the evidence carries.
 
+Every method is judged by its own plan (:mod:`~pall_avalanche.audit.plans`): one primary leak
+test and one primary distinguishability test, Holm-corrected together (:func:`family_p_values`),
+and a positive control of its kind of model. Nothing else enters its verdict, so the verdict
+is the same whichever other methods one command audits. The other tests are instruments,
+printed with their raw p-values.
+
 A verdict needs three things before it judges anything:
 
 1. **t was learned.** A run whose audited task is at chance on its own training data right
    after learning it (its learning check) has nothing to unlearn and nothing to leak: the
    method is "not measurable: t not learned in k/n runs", never "no leak found".
 2. **The attack is calibrated.** The attack on never-learned oracles (the control) must not
-   find membership; if it does, nothing is judged.
-3. **The attack has power here.** The positive control (PALL whose unlearning changes
-   nothing) must be detected; else the report says the attack has no power in this setting.
+   find membership (its two tests, Holm-corrected); if it does, nothing is judged.
+3. **The attack has power for this method.** Its positive control (its kind of model, keeping
+   everything) must be detected by the control's own primary leak test; else "no power".
 
-Then, with every p-value Holm-adjusted over the audited methods × tests
-(:func:`family_p_values`):
+Then, from the two primary tests at family-wise :data:`ALPHA`:
 
-- **leaks D^t**: the IN/OUT attack beats its control (per example or task level);
-- **leaves a signature, not of D^t**: it does not, but Eq. 1's distinguisher (all heads or t's
-  head) or KLoM on t's examples tells unlearned from never-learned;
+- **leaks D^t (test)**: the leak test (the IN/OUT attack against its control) rejects;
+- **distinguishable from never-learned (test)**: it does not, but the distinguishability
+  test (Eq. 1) does: the unlearned model differs from one that never learned t, which no test
+  attributes to D^t;
 - **no leak found**: neither.
 
-"No leak found" is bounded by the dose-response (:func:`detection_limit`): the smallest
-leak of a known size (a fraction f of what t trained kept) the same tests detect, δ. For a method
-registered ``exact=True``: "exact: NOT supported" when it leaks, else "no leak above δ" (for
-D^t only when Eq. 1 sees a signature).
+A method registered ``exact=True`` adds an equivalence claim in attack units: "exact within
+ε" only when the leak statistic's simultaneous upper bound (one-sided, level 1 − α/2: both
+primary tests' bounds hold together at 1 − α) is below the margin ε
+(:data:`EQUIVALENCE_MARGIN`); "exact within ε not shown" when it is not; "exact: NOT
+supported (test)" when a primary test rejects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pall_avalanche.audit.permutation import holm
+from pall_avalanche.audit.plans import TEST_NAMES, plan_for
 
-__all__ = ["ALPHA", "FAMILY_TESTS", "LEAKS", "LEAK_TESTS", "NO_LEAK", "SIGNATURE",
-           "SIGNATURE_TESTS", "detection_limit", "family_p_values", "verdict"]
+__all__ = ["ALPHA", "CONTROL_TESTS", "DISTINGUISHABLE", "EQUIVALENCE_MARGIN", "LEAKS",
+           "NO_LEAK", "SIMULTANEOUS_LEVEL", "family_p_values", "instruments", "rejected",
+           "verdict"]
 
 LEAKS = "leaks D^t"
-SIGNATURE = "leaves a signature, not of D^t"
+DISTINGUISHABLE = "distinguishable from never-learned"
 NO_LEAK = "no leak found"
-#: Family-wise error rate of the audit's tests.
+#: Family-wise error rate of a method's primary tests.
 ALPHA = 0.05
-#: The tests that find D^t in the model: the IN/OUT attack against its control.
-LEAK_TESTS = ("leak_auc", "leak_inout_auc")
-#: The tests that find the unlearning procedure: Eq. 1 (all heads, t's head) and KLoM's
-#: worst decile on t's examples.
-SIGNATURE_TESTS = ("auc", "auc_head", "klom_forget_q0.9")
-#: The control's own tests (calibration).
+#: The level of each primary test's bound, so that a method's two bounds hold together at
+#: 1 − ALPHA (Bonferroni over its family of two).
+SIMULTANEOUS_LEVEL = 1 - ALPHA / 2
+#: ε, the largest per-example AUC gap to the control an "exact within ε" claim allows: half of
+#: the gap of the smallest keep-everything model the committed audit measured (Sequential on
+#: the dense MLP, +0.091), so that a method within ε is measurably closer to the oracle than a
+#: model that unlearns nothing. Declared before the measurement it is compared with.
+EQUIVALENCE_MARGIN = 0.05
+#: The attack on never-learned oracles (calibration), per method.
 CONTROL_TESTS = ("control_auc", "control_inout_auc")
-#: Every test of an audited method, in the Holm family.
-FAMILY_TESTS = (*LEAK_TESTS, *SIGNATURE_TESTS, *CONTROL_TESTS)
 
 
-def family_p_values(rows: Sequence[Mapping[str, Any]], audited: Iterable[str]
-                    ) -> dict[tuple[str, str], float]:
-    """Adjusted p-values of every (method, test) of the report.
+def instruments(method: str) -> tuple[str, ...]:
+    """``method``'s tests outside its family: printed with their raw p-values, never a
+    verdict."""
+    family = plan_for(method).family
+    return tuple(t for t in TEST_NAMES if t not in family)
 
-    The family is the audited methods × (:data:`LEAK_TESTS` + :data:`SIGNATURE_TESTS` +
-    :data:`CONTROL_TESTS`): Holm's step-down adjustment. A calibration instrument (the
-    positive control and the leaky variants, not in ``audited``) gets the Bonferroni bound
-    min(1, m·p) with the family's size m (at least one method's tests): the bar of the
-    family's strictest step, so a leak such an instrument shows detected would also be
-    flagged in an audited method."""
-    audited = set(audited)
-    tests = FAMILY_TESTS
-    raw = {(row["method"], test): row.get(f"{test}_p", float("nan"))
-           for row in rows for test in tests}
-    family = {key: p for key, p in raw.items() if key[0] in audited}
-    adjusted = holm(family)
-    m = max(sum(p == p for p in family.values()), len(tests))   # at least one method's tests
-    for key, p in raw.items():
-        if key[0] not in audited:
-            adjusted[key] = min(1.0, m * p) if p == p else p
+
+def family_p_values(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """Adjusted p-values of every (method, test) of the report, each method on its own: its
+    two primary tests Holm-corrected together, its two control tests likewise (calibration);
+    an instrument keeps its raw p-value. No row's values depend on another row."""
+    adjusted: dict[tuple[str, str], float] = {}
+    for row in rows:
+        method = row["method"]
+        for tests in (plan_for(method).family, CONTROL_TESTS):
+            found = holm({test: row.get(f"{test}_p", float("nan")) for test in tests})
+            adjusted.update(((method, test), p) for test, p in found.items())
+        adjusted.update(((method, test), row.get(f"{test}_p", float("nan")))
+                        for test in instruments(method))
     return adjusted
 
 
-def _significant(adjusted: Mapping[tuple[str, str], float], method: str,
-                 tests: Iterable[str]) -> list[str]:
+def rejected(adjusted: Mapping[tuple[str, str], float], method: str, tests: Sequence[str]
+             ) -> list[str]:
+    """The ``tests`` of ``method`` whose adjusted p-value is below :data:`ALPHA`."""
     return [t for t in tests if adjusted.get((method, t), 1.0) < ALPHA]
 
 
-def detection_limit(doses: Sequence[tuple[float, str]],
-                    adjusted: Mapping[tuple[str, str], float]) -> tuple[float, str] | None:
-    """δ: the smallest dose f such that every leaky variant with a dose ≥ f is detected by a
-    leak test, as (f, method); None when even the largest is not.
-
-    :param doses: (dose, method) of the dose-response's variants.
-    """
-    smallest = None
-    for dose, method in sorted(doses, reverse=True):
-        if not _significant(adjusted, method, LEAK_TESTS):
-            break
-        smallest = (dose, method)
-    return smallest
-
-
 def verdict(row: Mapping[str, Any], adjusted: Mapping[tuple[str, str], float], *,
-            exact: bool, powered: bool, delta: str | None) -> str:
+            exact: bool, powered: bool | None, control: str = "the positive control",
+            margin: float = EQUIVALENCE_MARGIN) -> str:
     """The verdict of one method's audit row (module docstring).
 
-    :param row: its figures: ``not_learned`` of ``seeds`` (Eq. 1's unlearned runs) and
-        ``shadow_not_learned`` of ``shadow_runs``.
+    :param row: its figures: ``not_learned`` of ``seeds`` (Eq. 1's unlearned runs),
+        ``shadow_not_learned`` of ``shadow_runs``, and ``<leak test>_bound``, the leak
+        statistic's simultaneous upper bound.
     :param adjusted: :func:`family_p_values`.
     :param exact: whether the method is registered ``exact=True``.
-    :param powered: whether the positive control is detected in this setting.
-    :param delta: the dose-response's δ in words ("25 % of what t trained kept"), None if no dose is
-        detected.
+    :param powered: whether the method's positive control is detected in this setting (None:
+        it was not run).
+    :param control: the positive control's label (named when it is not detected).
+    :param margin: ε of the equivalence claim, in the leak statistic's units.
     """
     method = row["method"]
+    plan = plan_for(method)
     failed = row.get("not_learned", 0) + row.get("shadow_not_learned", 0)
     runs = row.get("seeds", 0) + row.get("shadow_runs", 0)
     if failed:
         return f"not measurable: t not learned in {failed}/{runs} runs"
-    if _significant(adjusted, method, CONTROL_TESTS):
+    if rejected(adjusted, method, CONTROL_TESTS):
         return "attack not calibrated (its control on never-learned oracles finds members)"
+    if powered is None:
+        return f"no power shown: {control} was not run; nothing judged"
     if not powered:
-        return "no power: the positive control is not detected here; nothing judged"
-    if _significant(adjusted, method, LEAK_TESTS):
-        found = LEAKS
-    elif _significant(adjusted, method, SIGNATURE_TESTS):
-        found = SIGNATURE
+        return (f"no power: {control} is not detected by its "
+                f"{TEST_NAMES[plan_for(plan.control).leak_test]}; nothing judged")
+    found = rejected(adjusted, method, plan.family)
+    if plan.leak_test in found:
+        line = f"{LEAKS} ({TEST_NAMES[plan.leak_test]})"
+    elif found:
+        line = f"{DISTINGUISHABLE} ({TEST_NAMES[plan.distinguish_test]})"
     else:
-        found = NO_LEAK
+        line = NO_LEAK
     if not exact:
-        return found
-    if found == LEAKS:
-        return f"{found}; exact: NOT supported"
-    bound = f"no leak above δ = {delta}" if delta else "no dose of leak is detected, δ unknown"
-    return f"{found}; exact: {bound}" + (" (D^t only)" if found == SIGNATURE else "")
+        return line
+    if found:
+        return f"{line}; exact: NOT supported ({' / '.join(TEST_NAMES[t] for t in found)})"
+    bound = row.get(f"{plan.leak_test}_bound", float("nan"))
+    if bound == bound and bound < margin:
+        return f"{line}; exact within ε = {margin:g} (gap ≤ {bound:+.3f})"
+    shown = f"gap ≤ {bound:+.3f}" if bound == bound else "no bound"
+    return f"{line}; exact within ε = {margin:g} not shown ({shown})"

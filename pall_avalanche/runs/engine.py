@@ -84,6 +84,8 @@ def _build(spec: RunSpec, device: torch.device, plugins: Sequence,
     built = build_run(spec.method, spec.config, seed=spec.seed, device=device,
                       plugins=[*plugins, *(probed.plugins if probed else ()), *last],
                       label=label)
+    if probed is not None and hasattr(probed, "start"):
+        probed.start(built.benchmark)
     if spec.train_seed is not None:
         seed_everything(spec.train_seed)
     return _Run(spec, built.benchmark, built.strategy, built.log, probed, device, resumed_after)
@@ -201,9 +203,11 @@ def run_record(method: str, seed: int, config: dict, *,
         vanishes before it is read counts as none. The caller deletes it once the record is
         safe. ``None``: no checkpoints.
     :param plugins: further plugins (e.g. loggers subscribing to ``after_request``).
-    :param probe: a factory of a probe object with ``plugins`` (run after ``plugins``) and
-        ``finish(strategy, benchmark) -> dict``, stored JSON-ready as the record's ``probe``
-        (the exactness audit, :mod:`pall_avalanche.audit`). ``None``: no probe.
+    :param probe: a factory of a probe object with ``plugins`` (run after ``plugins``),
+        optionally ``start(benchmark)`` (called once the benchmark is built, before any
+        request; it must draw no random number), and ``finish(strategy, benchmark) -> dict``,
+        stored JSON-ready as the record's ``probe`` (the exactness audit,
+        :mod:`pall_avalanche.audit`). ``None``: no probe.
     :param train_seed: re-seed the random number generators with this after the benchmark,
         model and strategy are built: same class split and initial weights as ``seed``,
         other training randomness (stored as the record's ``train_seed``).

@@ -38,4 +38,5 @@ def test_independent_cells_regenerate_from_a_clean_folder(tmp_path):
     committed = committed_row("Independent")
     assert committed["A_l"] == f"{row['A_l']:.2f} ± {row['A_l_std']:.2f}"
     assert committed["t not learned"].startswith(f"{row['not_learned']}/")
-    assert committed["Eq. 1 AUC (t's head)"].startswith(f"{row['auc_head']:.3f} ")
+    assert committed["Eq. 1 AUC, t's head (instrument, raw p)"].startswith(
+        f"{row['auc_head']:.3f} ")

@@ -153,6 +153,23 @@ def test_oracle_runs_of_a_leaky_variant_are_pall_s():
     assert a["accuracy"] == b["accuracy"] and a["learning_checks"] == b["learning_checks"]
 
 
+def test_the_per_task_models_control_keeps_the_model_and_shares_independent_s_oracles():
+    """independent_no_unlearning keeps the unlearned task's model (its predictions on t are
+    those before the request), where Independent deletes it; on a sequence without unlearning
+    it is Independent, so its oracle runs are Independent's."""
+    config = {**FAST_CONFIG, **CONFIG}
+    oracle = seq("L0 L2 L3")
+    control = RunSpec.of("independent_no_unlearning", 0, config, oracle)
+    assert oracle_twin(control) == RunSpec.of("independent", 0, config, oracle)
+    a = run_record("independent_no_unlearning", 0, config, requests=oracle)
+    b = run_record("independent", 0, config, requests=oracle)
+    assert a["accuracy"] == b["accuracy"] and a["learning_checks"] == b["learning_checks"]
+    kept = run_record("independent_no_unlearning", 0, config, requests=seq("L0 L1 U1"))
+    deleted = run_record("independent", 0, config, requests=seq("L0 L1 U1"))
+    assert kept["accuracy"][2][1] == kept["accuracy"][1][1] > 80         # t still answered
+    assert deleted["accuracy"][2][1] != deleted["accuracy"][1][1]
+
+
 def test_leak_options_are_checked():
     with pytest.raises(ValueError, match="leak='nothing' is invalid"):
         make_strategy("pall_leak_head", leak="nothing")

@@ -1,15 +1,19 @@
 """The audit's verdict line (pall_avalanche.audit.verdict) from hand-written rows and p-values:
-no verdict without learning, calibration and power; Holm's family; the detection limit δ."""
+no verdict without learning, calibration and power; each method's own family of two primary
+tests; the equivalence claim in attack units."""
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
+from pall_avalanche.audit.plans import DENSE, PER_TASK_MODELS, SUBNETWORKS, plan_for
 from pall_avalanche.audit.verdict import (
+    DISTINGUISHABLE,
     LEAKS,
     NO_LEAK,
-    SIGNATURE,
-    detection_limit,
     family_p_values,
     verdict,
 )
@@ -18,31 +22,35 @@ TESTS = ("leak_auc", "leak_inout_auc", "auc", "auc_head", "klom_forget_q0.9", "c
          "control_inout_auc")
 
 
-def row(method="m", not_learned=0, shadow_not_learned=0, **p) -> dict:
+def row(method="m", not_learned=0, shadow_not_learned=0, bound=0.03, **p) -> dict:
     out = {"method": method, "seeds": 16, "shadow_runs": 64, "not_learned": not_learned,
-           "shadow_not_learned": shadow_not_learned}
+           "shadow_not_learned": shadow_not_learned, "leak_auc_bound": bound}
     out.update({f"{t}_p": p.get(t, 0.5) for t in TESTS})
     return out
 
 
-def judge(r: dict, *, exact=True, powered=True, delta="25 % of what t trained kept") -> str:
-    return verdict(r, family_p_values([r], [r["method"]]), exact=exact, powered=powered,
-                   delta=delta)
+def judge(r: dict, *, exact=True, powered=True) -> str:
+    return verdict(r, family_p_values([r]), exact=exact, powered=powered,
+                   control="Sequential")
 
 
-@pytest.mark.parametrize(("p", "exact", "expected"), [
-    ({}, False, NO_LEAK),
-    ({}, True, f"{NO_LEAK}; exact: no leak above δ = 25 % of what t trained kept"),
-    ({"auc": 0.001}, False, SIGNATURE),
-    ({"klom_forget_q0.9": 0.001}, True,
-     f"{SIGNATURE}; exact: no leak above δ = 25 % of what t trained kept (D^t only)"),
-    ({"leak_inout_auc": 0.001, "auc": 0.001}, True, f"{LEAKS}; exact: NOT supported"),
-    ({"leak_auc": 0.001}, False, LEAKS),
-    # 7 tests in the family: 0.01 · 7 = 0.07 is not below 0.05 after Holm's correction
-    ({"leak_auc": 0.01}, False, NO_LEAK),
+@pytest.mark.parametrize(("r", "exact", "expected"), [
+    (row(), False, NO_LEAK),
+    (row(), True, f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
+    (row(bound=0.08), True, f"{NO_LEAK}; exact within ε = 0.05 not shown (gap ≤ +0.080)"),
+    (row(auc=0.001), False, f"{DISTINGUISHABLE} (Eq. 1)"),
+    (row(auc=0.001), True, f"{DISTINGUISHABLE} (Eq. 1); exact: NOT supported (Eq. 1)"),
+    # an instrument never makes a verdict: KLoM, the task-level attack, Eq. 1 on t's head
+    (row(**{"klom_forget_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4}), True,
+     f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
+    (row(leak_auc=0.001, auc=0.001), True,
+     f"{LEAKS} (per-example attack); exact: NOT supported (per-example attack / Eq. 1)"),
+    # Holm over the method's two primary tests: 0.03 · 2 = 0.06 is not below 0.05, 0.02 is
+    (row(leak_auc=0.03), False, NO_LEAK),
+    (row(leak_auc=0.02), False, f"{LEAKS} (per-example attack)"),
 ])
-def test_verdicts(p, exact, expected):
-    assert judge(row(**p), exact=exact) == expected
+def test_verdicts(r, exact, expected):
+    assert judge(r, exact=exact) == expected
 
 
 def test_a_task_never_learned_is_never_no_leak_found():
@@ -55,48 +63,52 @@ def test_a_task_never_learned_is_never_no_leak_found():
 
 
 def test_without_power_or_calibration_nothing_is_judged():
-    assert judge(row(), powered=False).startswith("no power: the positive control")
+    assert judge(row(), powered=False) == (
+        "no power: Sequential is not detected by its per-example attack; nothing judged")
     assert judge(row(leak_auc=0.0001), powered=False).startswith("no power")
+    assert judge(row(), powered=None) == "no power shown: Sequential was not run; nothing judged"
     assert judge(row(leak_auc=0.0001, control_auc=0.0001)).startswith("attack not calibrated")
-    assert judge(row(), delta=None).endswith("exact: no dose of leak is detected, δ unknown")
 
 
-def test_holm_over_the_audited_family_and_bonferroni_for_instruments():
-    rows = [row("a", leak_auc=0.004), row("b", leak_auc=0.003), row("leaky", leak_auc=0.004)]
-    adjusted = family_p_values(rows, ["a", "b"])
-    # the family: 2 methods × 7 tests = 14; b's 0.003 is smallest: 14 · 0.003, then a's
-    # 0.004 · 13 = 0.052; every 0.5 becomes min(1, ...) = 1
-    assert adjusted[("b", "leak_auc")] == pytest.approx(0.042)
-    assert adjusted[("a", "leak_auc")] == pytest.approx(0.052)
-    assert adjusted[("a", "auc")] == 1.0
-    # an instrument: Bonferroni with the family's size, 14 · 0.004
-    assert adjusted[("leaky", "leak_auc")] == pytest.approx(0.056)
+def test_a_methods_verdict_does_not_depend_on_the_other_methods_of_the_command():
+    rng = np.random.default_rng(0)
+    others = [row(f"other{i}", **{t: float(rng.uniform(1e-4, 0.05)) for t in TESTS})
+              for i in range(6)]
+    mine = row("pall", leak_auc=0.02, auc=0.2)
+    alone = family_p_values([mine])
+    for k in range(len(others) + 1):
+        together = family_p_values([*others[:k], mine, *others[k:]])
+        assert {key: p for key, p in together.items() if key[0] == "pall"} == alone
+        assert verdict(mine, together, exact=True, powered=True) == verdict(
+            mine, alone, exact=True, powered=True)
+    # Holm over pall's two primary tests by hand: 2 · 0.02, then max(0.04, 1 · 0.2)
+    assert alone[("pall", "leak_auc")] == pytest.approx(0.04)
+    assert alone[("pall", "auc")] == pytest.approx(0.2)
+    assert alone[("pall", "klom_forget_q0.9")] == 0.5           # an instrument: its raw p
 
 
-def test_detection_limit_is_the_smallest_dose_with_every_larger_one_detected():
-    def adjusted(detected):
-        return {(m, "leak_auc"): 0.001 if m in detected else 0.9 for m in "abcd"} | {
-            (m, "leak_inout_auc"): 0.9 for m in "abcd"}
+def test_exact_is_claimed_only_with_every_condition_met():
+    """Over a grid of rows, "exact within ε" appears only when t was learned, the attack is
+    calibrated and powered, neither primary test rejects after Holm, and the bound is below
+    ε; a method that unlearns nothing (its leak test rejects) is never reported exact."""
+    grid = itertools.product((1e-4, 0.02, 0.04, 0.5), (1e-4, 0.5), (1e-4, 0.5),
+                             (0.01, 0.049, 0.05, 0.2), (True, False, None), (0, 1))
+    for leak, auc, control, bound, powered, failed in grid:
+        r = row(leak_auc=leak, auc=auc, control_auc=control, bound=bound, not_learned=failed)
+        line = judge(r, powered=powered)
+        rejects = 2 * min(leak, auc) < 0.05        # Holm's first step over the two
+        expected = (not failed and 2 * control >= 0.05 and powered is True and not rejects
+                    and bound < 0.05)
+        assert ("exact within ε = 0.05 (" in line) == expected, (r, powered, line)
+        if 2 * leak < 0.05 and not failed and powered and 2 * control >= 0.05:
+            assert "exact: NOT supported" in line
 
-    doses = [(1.0, "a"), (0.5, "b"), (0.25, "c"), (0.1, "d")]
-    assert detection_limit(doses, adjusted("abc")) == (0.25, "c")
-    # d detected by chance, c not: the limit stays at the last unbroken dose
-    assert detection_limit(doses, adjusted("abd")) == (0.5, "b")
-    assert detection_limit(doses, adjusted("bcd")) is None
-    # a leaky variant at a dose at or above δ is reported leaking
-    r = row("b", leak_auc=0.0001)
-    assert verdict(r, family_p_values([r], []), exact=False, powered=True, delta="x") == LEAKS
 
-
-def test_the_smallest_reachable_p_values_say_what_a_setting_can_detect():
-    from pall_avalanche.audit.summary import AuditSummary
-
-    # 11 audited methods × 7 tests, 2,000 permutations: Holm's first step 77 / 2,001
-    powered = AuditSummary([], True, None, 77, n_permutations=2000, n_seeds=32)
-    assert powered.smallest_p == pytest.approx(77 / 2001)
-    assert powered.smallest_eq1_p == pytest.approx(77 / 2001)     # 2^-31 is smaller
-    # 6 seeds: a swap of every pair leaves Eq. 1 unchanged, so p ≥ 2^-5 and 77 · 2^-5 > 1
-    quick = AuditSummary([], False, None, 77, n_permutations=2000, n_seeds=6)
-    assert quick.smallest_eq1_p == 1.0 and quick.smallest_p < 0.05
-    assert AuditSummary([], True, None, 7, n_permutations=2000,
-                        n_seeds=10).smallest_eq1_p == pytest.approx(7 * 2 ** -9)
+def test_every_method_has_the_control_of_its_kind_of_model():
+    assert plan_for("pall") == plan_for("wsn") == plan_for("pall_leak_head") == SUBNETWORKS
+    assert plan_for("independent") == plan_for("clpu_derpp") == PER_TASK_MODELS
+    assert plan_for("ewc") == plan_for("a_plugins_method") == DENSE
+    assert [p.control for p in (SUBNETWORKS, PER_TASK_MODELS, DENSE)] == [
+        "pall_no_unlearning", "independent_no_unlearning", "sequential"]
+    # a control judges itself with its own plan
+    assert all(plan_for(p.control) == p for p in (SUBNETWORKS, PER_TASK_MODELS, DENSE))
