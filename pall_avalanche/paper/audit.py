@@ -247,8 +247,8 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
 #: retained-set exposure has buffer members and others to compare.
 POWERED = (("train_per_task", 20), ("epochs", 50), ("batch_size", 8), ("buffer_size", 50))
 #: The committed audit's seeds for Eq. 1 and shadow runs per method and role, and its
-#: permutations per test (77 tests of eleven audited methods reach adjusted p 0.0077: a
-#: detection near the bar does not hang on the null's draws, docs/fidelity.md "Resolution").
+#: permutations per test (a method's family of two reaches adjusted p 0.0002: a detection
+#: near the bar does not hang on the null's draws, docs/fidelity.md "Resolution").
 DEFAULT_SEEDS, DEFAULT_SHADOWS, DEFAULT_PERMUTATIONS = 32, 64, 10_000
 #: ``--quick``: plain digits (its configuration as it is but for :data:`QUICK_SETTING`), few
 #: seeds and shadow runs: a first look in a few minutes.
