@@ -52,7 +52,7 @@ from pall_avalanche.audit.permutation import (
 from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.audit.twins import run_sharing_twins
 from pall_avalanche.audit.verdict import SIMULTANEOUS_LEVEL
-from pall_avalanche.requests import RequestKind, RequestSequence
+from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
@@ -62,6 +62,11 @@ __all__ = ["END", "SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_r
 
 #: The label of the final model's time.
 END = "end"
+
+
+def _time_after(request) -> str:
+    """The label of the time right after ``request`` (``after U1``)."""
+    return f"after {request}"
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
@@ -115,7 +120,7 @@ def probe_times(requests: RequestSequence) -> dict[str, dict[int, list[str]]]:
         started = started or (request.is_unlearn and request.task == unlearned[0])
         if started and request.is_unlearn and index < len(requests) - 1 and kept:
             for role, at in (("unlearned", index), ("oracle", kept - 1)):
-                out[role].setdefault(at, []).append(f"after {request}")
+                out[role].setdefault(at, []).append(_time_after(request))
     return out
 
 
@@ -140,12 +145,10 @@ def attacked_heads(record: Mapping[str, Any], time: str = END) -> list[int]:
     """The heads the attack reads at ``time``, from a record of the audited sequence R: the
     audited task's and those of the tasks R learns after it by then."""
     task = record["probe"]["task"]
-    requests = record["requests"]
-    if time != END:       # "after U1": up to that request
-        kind, unlearned = RequestKind.UNLEARN, int(time.removeprefix("after U"))
-        requests = requests[:next(i for i, r in enumerate(requests)
-                                  if r["kind"] == kind and r["task"] == unlearned) + 1]
-    order = [r["task"] for r in requests if r["kind"] == RequestKind.LEARN]
+    requests = list(RequestSequence(record["requests"], record["split"]["n_tasks"]))
+    if time != END:       # up to the request the time follows
+        requests = requests[:[_time_after(r) for r in requests].index(time) + 1]
+    order = [r.task for r in requests if r.is_learn]
     return [task, *order[order.index(task) + 1:]]
 
 

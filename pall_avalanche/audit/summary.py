@@ -14,7 +14,7 @@ from pall_avalanche.audit.oracle import audit_rows
 from pall_avalanche.audit.permutation import N_PERMUTATIONS
 from pall_avalanche.audit.plans import plan_for
 from pall_avalanche.audit.shadows import attack_rows
-from pall_avalanche.audit.verdict import ALPHA, family_p_values, rejected, verdict
+from pall_avalanche.audit.verdict import ALPHA, family_p_values, verdict
 from pall_avalanche.catalog import AUDIT_LEAKS, METHOD_INFO, method_label
 
 __all__ = ["FAMILY_SIZE", "AuditSummary", "summarise"]
@@ -52,9 +52,15 @@ class AuditSummary:
     def leaks_detected(self) -> list[dict[str, Any]]:
         """The leaky variants' rows (the dose-response and the channels), largest gap first,
         each with ``detected`` (its primary leak test rejects in its own family)."""
-        rows = [dict(r, detected=r.get("leak_auc_p_adj", 1.0) < ALPHA)
+        rows = [dict(r, detected=bool(_detected(r)))
                 for r in self.rows if r["method"] in AUDIT_LEAKS and "leak_auc" in r]
         return sorted(rows, key=lambda r: -r["leak_auc"])
+
+
+def _detected(row: Mapping[str, Any]) -> bool:
+    """Whether the primary leak test of ``row``'s method rejects in its family (the row holds
+    its adjusted p-values)."""
+    return row.get(f"{plan_for(row['method']).leak_test}_p_adj", 1.0) < ALPHA
 
 
 def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequence[dict]],
@@ -85,9 +91,8 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
     by_method = {row["method"]: row for row in rows}
     powered: dict[str, bool | None] = {}
     for method in methods:
-        control = plan_for(method).control
-        powered[method] = (bool(rejected(adjusted, control, [plan_for(control).leak_test]))
-                           if control in by_method and "leak_auc" in by_method[control]
+        control = by_method.get(plan_for(method).control)
+        powered[method] = (_detected(control) if control is not None and "leak_auc" in control
                            else None)
     summary = AuditSummary(rows, powered, n_permutations,
                            len({r["seed"] for r in runs["unlearned"]}))

@@ -79,8 +79,8 @@ def _notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[st
     power = "; ".join(
         f"{plan_for(c).kind}: {method_label(c)} "
         + ("not run" if c not in rows else
-           f"{'detected' if rows[c].get('leak_auc_p_adj', 1.0) < ALPHA else 'NOT detected'} "
-           f"({gap(c)})") for c in controls)
+           f"{'detected' if summary.powered.get(c) else 'NOT detected'} ({gap(c)})")
+        for c in controls)
     leaks = summary.leaks_detected()
     found = [r for r in leaks if r["detected"]]
     channels = (
@@ -91,9 +91,9 @@ def _notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[st
         + (f"; PALL itself (f = 0): {gap('pall')}" if "pall" in rows else "")
         + (f". The smallest leak detected: {method_label(found[-1]['method'])}, per-example "
            f"gap {found[-1]['leak_auc']:+.3f}." if found else ". None is detected.")
-    ) if leaks else ("Leaks of known size: none run (no audited method is a subnetwork method; "
-                     "the other kinds have no leaky variants): the smallest detected leak is "
-                     "not measured.")
+    ) if leaks else ("Leaks of known size: none run (they leak PALL's channels and run beside "
+                     "PALL or a variant of it, none audited here; the other methods have no "
+                     "leaky variants): the smallest detected leak is not measured.")
     resolution = (f"Resolution: the smallest adjusted p-value a primary test can reach is "
                   f"{summary.smallest_p:.3g}, Eq. 1's {summary.smallest_eq1_p:.3g} with "
                   f"{summary.n_seeds} seeds")
