@@ -23,7 +23,10 @@ from typing import Any, NoReturn
 from pall_avalanche.catalog import (
     ABLATION_METHODS,
     AUDIT_CONTROL,
+    AUDIT_DENSE_LEAKS,
     AUDIT_LEAKS,
+    AUDIT_PER_TASK_CONTROL,
+    AUDIT_PER_TASK_LEAKS,
     FIELD_METHODS,
     METHOD_INFO,
     TABLE1_METHODS,
@@ -112,7 +115,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, default_out: str) -> N
                         help="comma-separated methods and groups: 'all' (Table 1's methods), "
                              "'ablations' (er_retrain, static_sparse, dynamic_sparse), 'field' "
                              "(the continual-unlearning field's methods beyond the paper), 'leaks' "
-                             "(the audit's positive control and leaky PALL variants); "
+                             "(the audit's positive controls and leaky variants); "
                              f"available methods: {', '.join(METHOD_INFO)} (default: "
                              "%(default)s)")
     parser.add_argument("--seeds", type=seed_option, nargs="+",
@@ -302,14 +305,15 @@ def read_requests(value: str, n_tasks: int) -> RequestSequence:
 
 
 METHOD_GROUPS = {"all": TABLE1_METHODS, "ablations": ABLATION_METHODS, "field": FIELD_METHODS,
-                 "leaks": (AUDIT_CONTROL, *AUDIT_LEAKS)}
+                 "leaks": (AUDIT_CONTROL, *AUDIT_LEAKS, AUDIT_PER_TASK_CONTROL,
+                           *AUDIT_PER_TASK_LEAKS, *AUDIT_DENSE_LEAKS)}
 
 
 def parse_methods(text: str) -> list[str]:
     """A comma-separated list of registered method names and groups (``all``: Table 1's
     methods; ``ablations``: ER (Retraining) and the sparse subnetworks; ``leaks``: the
-    exactness audit's instruments; ``field``: the continual-unlearning field's methods beyond
-    the paper), without repeats."""
+    exactness audit's positive controls and leaky variants; ``field``: the
+    continual-unlearning field's methods beyond the paper), without repeats."""
     methods: list[str] = []
     names = [m.strip() for m in text.split(",") if m.strip()]
     for name in names:

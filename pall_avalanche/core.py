@@ -13,7 +13,7 @@ this module, never the other way round).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +124,12 @@ class UnlearningPlugin(SupervisedPlugin, Stateful):
 
     def after_unlearning(self, strategy: UnlearningTemplate, task: int, **kwargs) -> None:
         """Called after the strategy unlearned ``task``."""
+
+    def before_replay_steps(self, strategy: UnlearningTemplate, tasks: Sequence[int],
+                            forget: int | None = None, **kwargs) -> None:
+        """Called before optimisation steps train the model on the episodic buffers of
+        ``tasks`` (a retraining after an unlearning request, a replay baseline's unlearning;
+        ``forget``: a task whose buffer the steps push towards uniform predictions)."""
 
     def before_making_permanent(self, strategy: UnlearningTemplate, task: int,
                                 **kwargs) -> None:

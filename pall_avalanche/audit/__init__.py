@@ -10,6 +10,8 @@ The experiments and their modules:
   the per-example IN/OUT attack (U-LiRA style) against the same attack on never-learned
   oracles, KLoM per example and the retained-set exposure
   (:mod:`~pall_avalanche.audit.exposure`);
+- :mod:`~pall_avalanche.audit.swapped` — the data-swap pairs: two runs that differ only in
+  t's training data, their whole states compared bit for bit after t's unlearning request;
 - :mod:`~pall_avalanche.audit.probes` — what rides along those runs (the records' contents);
 - :mod:`~pall_avalanche.audit.plans` — what each method is judged by: its two primary tests
   and the positive control of its kind of model (:mod:`~pall_avalanche.strategies.leaky`,

@@ -6,7 +6,10 @@
   same distribution under exact unlearning. Per example: the KL divergence of Gaussians fitted
   to the two (:func:`~pall_avalanche.audit.permutation.gaussian_kl`, as KLoM does: Georgiev et
   al. 2024, "Attribute-to-delete"), summarised by its median and its worst decile over the
-  examples of each group, with permutation p-values (swaps within run pairs).
+  examples of each group, with permutation p-values (swaps within run pairs). For the audited
+  task's examples also on the pairs where the example was IN only (the runs that trained on
+  it; a pair's two runs share their memberships), under swaps within pairs and, unpaired,
+  under shuffles of all runs (a null that does not lean on the pairs' shared training seed).
 - **Retained-set exposure.** Does unlearning t expose the remaining tasks' examples, above all
   the buffer members a replaying method trains on again while unlearning?
   :class:`~pall_avalanche.audit.probes.RetainedExposure` records, right before and right
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pall_avalanche.audit.permutation import paired_kl_test, row_aucs
+from pall_avalanche.audit.permutation import kl_test, row_aucs
 from pall_avalanche.evaluation.metrics import t_interval
 
 __all__ = ["KLOM_GROUPS", "klom_figures", "retained_figures"]
@@ -42,9 +45,11 @@ def _klom_values(record: Mapping[str, Any], group: str) -> np.ndarray:
 def klom_figures(unlearned: Sequence[Mapping[str, Any]], oracle: Sequence[Mapping[str, Any]],
                  **options: Any) -> dict[str, float]:
     """KLoM per example group (module docstring) over run pairs: ``unlearned[i]`` and
-    ``oracle[i]`` share their training seed. Keys ``klom_<group>_q0.5`` / ``_q0.9`` with ``_p`` and
-    ``_null`` (:func:`~pall_avalanche.audit.permutation.paired_kl_test`); ``options`` go to
-    it. Empty with fewer than 4 pairs."""
+    ``oracle[i]`` share their training seed and memberships. Keys ``klom_<group>_q0.5`` /
+    ``_q0.9`` with ``_p`` and ``_null`` (:func:`~pall_avalanche.audit.permutation.kl_test`),
+    and for the audited task's examples on their IN runs only ``klom_forget_in_...``, paired,
+    and ``klom_forget_in_unpaired_...``; ``options`` go to the tests. Empty with fewer than 4
+    pairs."""
     pairs = list(zip(unlearned, oracle, strict=True))
     out: dict[str, float] = {}
     if len(pairs) < 4:
@@ -52,8 +57,16 @@ def klom_figures(unlearned: Sequence[Mapping[str, Any]], oracle: Sequence[Mappin
     for group in KLOM_GROUPS:
         first = np.stack([_klom_values(u, group) for u, _ in pairs])
         second = np.stack([_klom_values(o, group) for _, o in pairs])
-        test = paired_kl_test(first, second, **options)
-        out.update({f"klom_{group}_{k}": v for k, v in test.items() if k != "kl"})
+        tests = {group: kl_test(first, second, **options)}
+        if group == "forget":
+            member = np.zeros(first.shape, dtype=bool)
+            for i, (u, _) in enumerate(pairs):
+                member[i, u["probe"]["members"]] = True
+            tests["forget_in"] = kl_test(first, second, member=member, **options)
+            tests["forget_in_unpaired"] = kl_test(first, second, member=member, paired=False,
+                                                  **options)
+        for name, test in tests.items():
+            out.update({f"klom_{name}_{k}": v for k, v in test.items() if k != "kl"})
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pall_avalanche.audit.attacks import relearning_gap
-from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test
+from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test, p_value
 from pall_avalanche.audit.probes import AuditProbe
 from pall_avalanche.audit.protocol import REFERENCE_SEED_OFFSET
 from pall_avalanche.audit.statistics import mean_js, membership_aucs, model_features
@@ -23,9 +23,9 @@ from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
-__all__ = ["RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "audit_specs",
-           "interval_cell", "not_learned", "oracle_rows", "oracle_sequence",
-           "relearn_threshold", "run_audit"]
+__all__ = ["END", "RELEARN_AT_STEP", "REFERENCE_SEED_OFFSET", "audit_rows", "audit_specs",
+           "interval_cell", "not_learned", "oracle_rows", "oracle_sequence", "probe_times",
+           "relearn_threshold", "run_audit", "time_after"]
 
 #: The relearning attack compares accuracies after this many fine-tuning steps.
 RELEARN_AT_STEP = 10
@@ -63,6 +63,35 @@ def audit_specs(methods: Sequence[str], seeds: Sequence[int], config: dict, *,
             for role, (sequence, offset) in roles.items()}
 
 
+#: The label of the final model's time.
+END = "end"
+
+
+def time_after(request) -> str:
+    """The label of the time right after ``request`` (``after U1``)."""
+    return f"after {request}"
+
+
+def probe_times(requests: RequestSequence) -> dict[str, dict[int, list[str]]]:
+    """When the audit reads a run besides its end (the shadow runs' attack, Eq. 1), per role
+    (request index → the labels of the times it stands for): right after every unlearning
+    request of R from the attacked task's on (labelled ``after U1``), unless it is R's last
+    request (the end is then that time), and, for the oracle runs, at the aligned request of
+    R′ (its last request before that point).
+    The model right after t's unlearning request is what a leak lasting only until the next
+    learning request leaves; with no learning request after it, it is the end."""
+    _, unlearned = oracle_sequence(requests)
+    out: dict[str, dict[int, list[str]]] = {"unlearned": {}, "oracle": {}}
+    kept, started = 0, False
+    for index, request in enumerate(requests):
+        kept += request.task not in unlearned
+        started = started or (request.is_unlearn and request.task == unlearned[0])
+        if started and request.is_unlearn and index < len(requests) - 1 and kept:
+            for role, at in (("unlearned", index), ("oracle", kept - 1)):
+                out[role].setdefault(at, []).append(time_after(request))
+    return out
+
+
 def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_dir: str | Path,
               *, requests: RequestSequence, **options: Any) -> dict[str, list[dict]]:
     """Run (or reuse) the unlearned, oracle and reference-oracle records of every method and
@@ -85,11 +114,13 @@ def run_audit(methods: Sequence[str], seeds: Sequence[int], config: dict, out_di
     _, unlearned = oracle_sequence(requests)
     out = Path(out_dir)
     options = {k: v for k, v in options.items() if k != "checkpoints"}
+    times = probe_times(requests)
     records = {}
     for role in specs:
         run = partial(run_specs, out_dir=out / role, group=default_group(config),
                       checkpoints=False, skip_diverged=True,
-                      probe=partial(AuditProbe, unlearned, relearn=role != "reference"),
+                      probe=partial(AuditProbe, unlearned, relearn=role != "reference",
+                                    at=times["unlearned" if role == "unlearned" else "oracle"]),
                       **options)
         records[role] = run(specs[role]) if role == "unlearned" else run_sharing_twins(
             specs[role], run)
@@ -242,19 +273,26 @@ def _audit_row(method: str, by_role: Mapping[str, Mapping[int, dict]],
     cpt = unl[seeds[0]]["split"]["classes_per_task"]
     tasks = [int(t) for t in unl[seeds[0]]["probe"]["outputs"]]
     row: dict[str, Any] = {"method": method, "seeds": len(seeds)}
+    pairs = [(s, label, record) for s in seeds for label, record in ((1, unl[s]), (0, ora[s]))]
+    # the times every run of both roles was read at: the end, and right after t's unlearning
+    times = [END, *sorted(set.intersection(*(set(r["probe"].get("outputs_at", {}))
+                                             for _, _, r in pairs)))]
+
+    def outputs(record: Mapping[str, Any], time: str) -> Mapping[str, Any]:
+        probe = record["probe"]
+        return probe["outputs"] if time == END else probe["outputs_at"][time]
+
     for name, head_only in (("auc", False), ("auc_head", True)):
-        feats, labels, groups = [], [], []
-        for s in seeds:
-            for label, record in ((1, unl[s]), (0, ora[s])):
-                for t in tasks:
-                    feats.append(model_features(record["probe"]["outputs"][str(t)], t, cpt,
-                                                head_only))
-                    labels.append(label)
-                    groups.append(s)
-        test = eq1_test(np.array(feats), np.array(labels), np.array(groups),
-                        n_permutations=n_permutations)
-        row[name], row[f"{name}_p"], row[f"{name}_upper"] = (test["auc"], test["p"],
-                                                              test["upper"])
+        found = {}
+        for time in times:
+            shown = [t for t in tasks if str(t) in outputs(unl[seeds[0]], time)]
+            feats = [model_features(outputs(record, time)[str(t)], t, cpt, head_only)
+                     for _, _, record in pairs for t in shown]
+            labels = [label for _, label, _ in pairs for _ in shown]
+            groups = [s for s, _, _ in pairs for _ in shown]
+            found[time] = eq1_test(np.array(feats), np.array(labels), np.array(groups),
+                                   n_permutations=n_permutations)
+        row.update(_worst_eq1(name, found))
     js_gap, mia_loss, mia_feat = [], [], []
     for s in seeds:
         outs = {role: d[s]["probe"]["outputs"] for role, d in
@@ -281,6 +319,24 @@ def _audit_row(method: str, by_role: Mapping[str, Mapping[int, dict]],
     row["unlearn_seconds"] = float(np.mean([r["timings"]["unlearn_seconds"]
                                             for r in records]))
     return row
+
+
+def _worst_eq1(name: str, found: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Eq. 1 over the times its models were read at (``found``: time →
+    :func:`~pall_avalanche.audit.permutation.eq1_test`): ``<name>`` is the largest AUC (at
+    ``<name>_time``), ``_p`` its max-statistic p-value (the largest AUC under each of the
+    flips, the same at every time), ``_upper`` that time's one-sided 95 % bound, and per
+    time ``<name>[<time>]`` with its own ``_p``."""
+    worst = max(found, key=lambda time: found[time]["auc"])
+    out: dict[str, Any] = {
+        name: found[worst]["auc"], f"{name}_time": worst,
+        f"{name}_p": p_value(found[worst]["auc"],
+                             np.max([test["null"] for test in found.values()], 0)),
+        f"{name}_upper": found[worst]["upper"]}
+    for time, test in found.items():
+        out[f"{name}[{time}]"] = test["auc"]
+        out[f"{name}[{time}]_p"] = test["p"]
+    return out
 
 
 def interval_cell(row: Mapping[str, Any], name: str, digits: int = 3) -> str:

@@ -16,8 +16,9 @@ is compared with its own null distribution, bias included.
   within seed pairs;
 - :func:`membership_test`: the per-example likelihood-ratio attack (leave one run out) and the
   task-level IN/OUT AUC under permutations of each example's membership across runs;
-- :func:`paired_kl_test`: per example, the Gaussian KL of two sets of paired runs' values
-  (KLoM), under swaps within pairs;
+- :func:`kl_test`: per example, the Gaussian KL of two sets of paired runs' values (KLoM),
+  under swaps within pairs or shuffles of all runs, optionally on each example's IN runs
+  only;
 - :func:`holm`: Holm's step-down adjustment; :func:`p_value` and :func:`upper_bound`.
 """
 
@@ -32,7 +33,7 @@ from scipy.stats import rankdata
 from pall_avalanche.audit.protocol import N_PERMUTATIONS
 
 __all__ = ["N_PERMUTATIONS", "eq1_test", "gaussian_kl", "holm", "lira_loo_scores", "log_normal",
-           "lower_bound", "membership_test", "p_value", "paired_kl_test", "ridge_scores",
+           "kl_test", "lower_bound", "membership_test", "p_value", "ridge_scores",
            "row_aucs", "seed_folds", "upper_bound"]
 
 #: Permutations fitted at once (memory: a chunk's arrays are this many times a fit's).
@@ -154,7 +155,8 @@ def eq1_test(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
     swapped (all of a group's labels flipped) with probability 1/2.
 
     Keys: ``auc``, ``p`` (one-sided: AUC above its null), ``upper`` (the one-sided 95 % bound,
-    :func:`upper_bound`), ``null_mean``.
+    :func:`upper_bound`), ``null_mean``, ``null`` (the null's AUCs: the same flips for every
+    call with the same groups and seed, so nulls of two sets of features pair up).
     """
     labels = np.asarray(labels, dtype=int)
     groups = np.asarray(groups)
@@ -169,7 +171,7 @@ def eq1_test(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
         null.append(row_aucs(ridge_scores(features, permuted, folds), permuted))
     null_auc = np.concatenate(null)
     return {"auc": auc, "p": p_value(auc, null_auc), "upper": upper_bound(auc, null_auc, 0.5),
-            "null_mean": float(null_auc.mean())}
+            "null_mean": float(null_auc.mean()), "null": null_auc}
 
 
 # ------------------------------------------------------------------------- IN/OUT attack
@@ -224,11 +226,15 @@ def lira_loo_scores(features: np.ndarray, member: np.ndarray, min_std: float = 1
     return np.where(valid, ratio, 0.0)
 
 
-def _attack_figures(scores: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(pooled AUC, mean per-run AUC) over leading axes of (..., R, N) scores."""
+def _attack_figures(scores: np.ndarray, member: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pooled AUC, mean per-run AUC, largest per-example AUC) over leading axes of (..., R, N)
+    scores; an example's AUC ranks its IN runs against its OUT runs."""
     lead = scores.shape[:-2]
     pooled = row_aucs(scores.reshape(*lead, -1), member.reshape(*lead, -1))
-    return pooled, np.nanmean(row_aucs(scores, member), axis=-1)
+    per_example = row_aucs(np.swapaxes(scores, -1, -2), np.swapaxes(member, -1, -2))
+    return pooled, np.nanmean(row_aucs(scores, member), axis=-1), np.nanmax(per_example,
+                                                                             axis=-1)
 
 
 def membership_test(features: np.ndarray, member: np.ndarray, *,
@@ -237,46 +243,71 @@ def membership_test(features: np.ndarray, member: np.ndarray, *,
     example's memberships shuffled across the runs (its IN count kept), the attack refitted.
 
     Keys: ``auc`` (pooled over runs and examples), ``inout_auc`` (the mean over runs of each
-    run's IN-vs-OUT AUC), ``scores`` (R, N), and ``null_auc`` / ``null_inout_auc``: the
-    statistics under each permutation (arrays, for :func:`p_value` and for comparisons with a
-    control).
+    run's IN-vs-OUT AUC), ``max_example_auc`` (the largest over examples of an example's
+    IN-vs-OUT AUC across the runs: the per-example maximum test), ``scores`` (R, N), and
+    ``null_auc`` / ``null_inout_auc`` / ``null_max_example_auc``: the statistics under each
+    permutation (arrays, for :func:`p_value` and for comparisons with a control).
     """
     member = np.asarray(member, dtype=bool)
     scores = lira_loo_scores(features, member)
-    auc, inout = _attack_figures(scores, member)
+    observed = _attack_figures(scores, member)
     rng = np.random.default_rng(seed)
-    null_auc, null_inout = [], []
+    nulls: list[list[np.ndarray]] = [[], [], []]
     for part in _chunks(n_permutations):
         keys = rng.random((part.stop - part.start, *member.shape))
         permuted = np.take_along_axis(member[None], np.argsort(keys, axis=1), axis=1)
-        a, b = _attack_figures(lira_loo_scores(features, permuted), permuted)
-        null_auc.append(a)
-        null_inout.append(b)
-    return {"auc": float(auc), "inout_auc": float(inout), "scores": scores,
-            "null_auc": np.concatenate(null_auc), "null_inout_auc": np.concatenate(null_inout)}
+        for null, value in zip(nulls, _attack_figures(lira_loo_scores(features, permuted),
+                                                       permuted), strict=True):
+            null.append(value)
+    names = ("auc", "inout_auc", "max_example_auc")
+    return {**{name: float(value) for name, value in zip(names, observed, strict=True)},
+            "scores": scores,
+            **{f"null_{name}": np.concatenate(null) for name, null in zip(names, nulls,
+                                                                          strict=True)}}
 
 
 # ------------------------------------------------------------------------- KLoM
 def gaussian_kl(a: np.ndarray, b: np.ndarray, min_std: float = 1e-3) -> np.ndarray:
     """KL(N(μ_a, σ_a²) ‖ N(μ_b, σ_b²)) per column of (..., R, N) arrays, each side's mean
     and sample standard deviation (ddof = 1, floored at ``min_std``) over the runs axis."""
-    mu_a, mu_b = a.mean(-2), b.mean(-2)
-    s_a = np.maximum(a.std(-2, ddof=1), min_std)
-    s_b = np.maximum(b.std(-2, ddof=1), min_std)
+    return _weighted_kl(np.concatenate([a, b], -2),
+                        np.concatenate([np.ones(a.shape), np.zeros(b.shape)], -2),
+                        np.concatenate([np.zeros(a.shape), np.ones(b.shape)], -2), min_std)
+
+
+def _weighted_kl(x: np.ndarray, wa: np.ndarray, wb: np.ndarray, min_std: float = 1e-3
+                 ) -> np.ndarray:
+    """:func:`gaussian_kl` of the runs of ``x`` (..., R, N) weighted 1 in ``wa`` against those
+    weighted 1 in ``wb`` (0/1 weights of ``x``'s shape, per example); NaN for an example with
+    fewer than 2 runs on a side."""
+    def fit(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = w.sum(-2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = (w * x).sum(-2) / n
+            var = (w * (x - np.expand_dims(mu, -2)) ** 2).sum(-2) / (n - 1)
+        return mu, np.where(n >= 2, np.maximum(np.sqrt(np.maximum(var, 0.0)), min_std), np.nan)
+
+    (mu_a, s_a), (mu_b, s_b) = fit(wa), fit(wb)
     return np.log(s_b / s_a) + (s_a ** 2 + (mu_a - mu_b) ** 2) / (2 * s_b ** 2) - 0.5
 
 
-def paired_kl_test(first: np.ndarray, second: np.ndarray, *, quantiles=(0.5, 0.9),
-                   n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> dict[str, Any]:
+def kl_test(first: np.ndarray, second: np.ndarray, *, member: np.ndarray | None = None,
+            paired: bool = True, quantiles=(0.5, 0.9), n_permutations: int = N_PERMUTATIONS,
+            seed: int = 0) -> dict[str, Any]:
     """Per example, the KL of its values in the ``first`` runs from those in the ``second``
     runs (:func:`gaussian_kl`; KLoM when the values are margins of unlearned and oracle
     models), summarised by quantiles over examples (the median and the worst decile), each
-    with a permutation p-value: run r of ``first`` and run r of ``second`` share their
-    training seed, so under the null they are exchangeable and each pair is swapped with
-    probability 1/2.
+    with a permutation p-value.
 
     :param first: (R, N) values of N examples in R runs.
-    :param second: (R, N), run r paired with ``first``'s run r.
+    :param second: (R, N), run r paired with ``first``'s run r (the same training seed and
+        memberships).
+    :param member: (R, N) booleans: per example, only the pairs where it was trained on
+        (IN) enter its fit (KLoM on IN runs only); ``None``: every run.
+    :param paired: the null swaps each pair with probability 1/2 (exchangeable given the
+        shared training seed); ``False``: it shuffles all 2R runs between the two sides (an
+        unpaired null, which does not lean on the pairing; with ``member`` each run keeps
+        its memberships).
     Keys: ``kl`` (N per-example values) and per quantile q ``q<q>``, ``q<q>_p`` and
     ``q<q>_null`` (its null mean), e.g. ``q0.5``.
     """
@@ -284,17 +315,29 @@ def paired_kl_test(first: np.ndarray, second: np.ndarray, *, quantiles=(0.5, 0.9
     if first.shape != second.shape or first.ndim != 2:
         raise ValueError(f"paired values must be two equal (runs, examples) arrays, got "
                          f"{first.shape} and {second.shape}")
-    kl = gaussian_kl(first, second)
-    observed = np.quantile(kl, quantiles)
+    runs = len(first)
+    inside = np.ones(first.shape) if member is None else np.asarray(member, dtype=np.float64)
+    x, weight = np.concatenate([first, second]), np.concatenate([inside, inside])
+    side = np.r_[np.ones(runs), np.zeros(runs)]
+
+    def kl(sides: np.ndarray) -> np.ndarray:      # sides: (..., 2R) 1 = first
+        s = sides[..., None]
+        return _weighted_kl(x, s * weight, (1 - s) * weight)
+
+    found = kl(side)
+    observed = np.nanquantile(found, quantiles)
     rng = np.random.default_rng(seed)
     nulls = []
     for part in _chunks(n_permutations):
-        swap = rng.integers(0, 2, (part.stop - part.start, len(first), 1)).astype(bool)
-        a = np.where(swap, second[None], first[None])
-        b = np.where(swap, first[None], second[None])
-        nulls.append(np.quantile(gaussian_kl(a, b), quantiles, axis=-1).T)
+        count = part.stop - part.start
+        if paired:
+            swap = rng.integers(0, 2, (count, runs)).astype(np.float64)
+            sides = np.concatenate([1 - swap, swap], axis=1)
+        else:
+            sides = np.stack([rng.permutation(side) for _ in range(count)])
+        nulls.append(np.nanquantile(kl(sides), quantiles, axis=-1).T)
     null = np.concatenate(nulls)
-    out: dict[str, Any] = {"kl": kl}
+    out: dict[str, Any] = {"kl": found}
     for i, q in enumerate(quantiles):
         out[f"q{q:g}"] = float(observed[i])
         out[f"q{q:g}_p"] = p_value(observed[i], null[:, i])

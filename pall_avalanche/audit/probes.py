@@ -4,14 +4,18 @@ fingerprint (:mod:`pall_avalanche.runs.fingerprint`) covers what wrote the recor
 it is analysed later.
 
 - :class:`AuditProbe` (Eq. 1's runs): the final model's logits on the unlearned tasks'
-  training and test inputs, the provenance check, the relearning attack's curves;
+  training and test inputs (and on the first one's training inputs right after its unlearning
+  request), the provenance check, the relearning attack's curves;
 - :class:`ShadowProbe` (the shadow runs): the final model's logits on all of D^t and which
   half trained, every example's margin, and :class:`RetainedExposure`'s margins of the
-  remaining tasks' training examples around the unlearning request with their buffer members.
+  remaining tasks' training examples around the unlearning request with their buffer members;
+- :class:`StateProbe` (the data-swap pairs): the strategy's whole state right after the
+  audited unlearning request, entry by entry.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +28,8 @@ from pall_avalanche.audit.relearn import relearning_curves
 from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
-__all__ = ["AuditProbe", "RetainedExposure", "ShadowProbe", "head_logits", "margins",
-           "model_logits"]
+__all__ = ["AuditProbe", "RetainedExposure", "ShadowProbe", "StateProbe", "decode_state",
+           "head_logits", "margins", "model_logits"]
 
 
 @torch.no_grad()
@@ -53,13 +57,23 @@ class AuditProbe:
     :param tasks: the unlearned tasks whose inputs are probed.
     :param relearn: also run the relearning attack (the reference oracles' curves are never
         compared, so they skip it).
+    :param at: request index → the labels of the times it stands for: the logits on the
+        first task's training inputs are also kept at the end of those requests
+        (``outputs_at``; as :class:`ShadowProbe`'s ``at``).
     """
 
-    def __init__(self, tasks: Sequence[int], relearn: bool = True) -> None:
+    def __init__(self, tasks: Sequence[int], relearn: bool = True,
+                 at: dict[int, list[str]] | None = None) -> None:
         self.tasks = list(tasks)
         self.relearn = relearn
         self.tracker = ProvenanceTracker()
-        self.plugins = [self.tracker]
+        self.timed = _TargetLogits(dict(at or {}))
+        self.plugins = [self.tracker, self.timed]
+
+    def start(self, benchmark) -> None:
+        """Hold the first probed task's training inputs for the timed logits."""
+        self.timed.targets = benchmark.train_stream[self.tasks[0]].dataset
+        self.timed.n_tasks = benchmark.split.n_tasks
 
     def finish(self, strategy: UnlearningTemplate, benchmark) -> dict[str, Any]:
         """The final model's logits (every head) on each probed task's training and test
@@ -71,7 +85,9 @@ class AuditProbe:
                             "test": model_logits(strategy, benchmark.test_stream[t].dataset,
                                                  n_tasks)}
                    for t in self.tasks}
-        out = {"outputs": outputs, "provenance": self.tracker.results}
+        out = {"outputs": outputs, "provenance": self.tracker.results,
+               "outputs_at": {label: {str(self.tasks[0]): {"train": logits}}
+                              for label, logits in self.timed.results.items()}}
         if self.relearn:
             out["relearn"] = {str(t): relearning_curves(
                 strategy.model, benchmark.train_stream[t].dataset,
@@ -206,3 +222,78 @@ class ShadowProbe:
                     "test": margin_lists([(t, exp.dataset) for t, exp
                                           in enumerate(benchmark.test_stream)])},
                 "retained": self.exposure.results}
+
+
+def _leaves(state: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a checkpoint state by its path (``model/net.head.weight``)."""
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items()
+                for k, v in _leaves(value, f"{prefix}{key}/").items()}
+    if isinstance(state, (list, tuple)) and any(isinstance(v, (dict, list, tuple, torch.Tensor))
+                                                for v in state):
+        return {k: v for i, value in enumerate(state)
+                for k, v in _leaves(value, f"{prefix}{i}/").items()}
+    return {prefix.rstrip("/"): state}
+
+
+def _encoded(value: Any) -> Any:
+    """A leaf as JSON: a tensor as its dtype, shape and raw bytes (base64: compared bit for
+    bit), anything else as it is (or its ``repr``)."""
+    if isinstance(value, torch.Tensor):
+        array = value.detach().cpu().contiguous()
+        if array.dtype == torch.bfloat16:
+            array = array.float()
+        data = array.numpy()
+        return {"dtype": str(data.dtype), "shape": list(data.shape),
+                "bytes": base64.b64encode(data.tobytes()).decode("ascii")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_encoded(v) for v in value]
+    return repr(value)
+
+
+def decode_state(encoded: dict[str, Any]) -> dict[str, Any]:
+    """:class:`StateProbe`'s state back as path → numpy array (tensors) or plain value."""
+    def one(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"dtype", "shape", "bytes"}:
+            return np.frombuffer(base64.b64decode(value["bytes"]),
+                                 dtype=value["dtype"]).reshape(value["shape"])
+        return value
+    return {path: one(value) for path, value in encoded.items()}
+
+
+class _StateAt(UnlearningPlugin):
+    """Keeps the strategy's whole state (:meth:`~pall_avalanche.strategies.base.
+    UnlearningTemplate.checkpoint_state`: model, strategy attributes, plugins' state) at the
+    end of the request of index ``at``, every leaf encoded (``result``); the request log's
+    results, which report what was measured while learning, are left out."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self.result: dict[str, Any] | None = None
+
+    def after_request(self, strategy, result, **kwargs) -> None:
+        if result.index == self.at:
+            state = strategy.checkpoint_state()
+            state["strategy"].pop("request_log.results", None)
+            self.result = {path: _encoded(v) for path, v in _leaves(state).items()}
+
+
+class StateProbe:
+    """Rides along a run of a data-swap pair (two runs identical but for the audited task's
+    training data): :meth:`finish` returns the strategy's whole state right after the
+    request of index ``at`` (the audited unlearning request), leaf by leaf
+    (:func:`decode_state` reads it back).
+
+    :param at: the index of the request after which the state is kept.
+    """
+
+    def __init__(self, at: int) -> None:
+        self.state = _StateAt(at)
+        self.plugins = [self.state]
+
+    def finish(self, strategy, benchmark) -> dict[str, Any]:
+        """The kept state (None when the request never ran)."""
+        return {"at": self.state.at, "state": self.state.result}

@@ -32,13 +32,16 @@ class ProvenanceTracker(UnlearningPlugin):
 
     At every unlearning request of t it checks (``results``): *direct* — every entry of
     ``direct[t]`` changed value during the request (was re-drawn) and, where the method
-    promises a ``redraw_set(t)``, lies in that set; *strict* — the same for ``forward[t]``, and no
-    remaining buffer stores logits computed with t's weights. Entries changed during an
-    unlearning request count as re-drawn; those in a remaining task's mask as then retrained
-    with that task's buffer (B^u's loss reaches only m_u), the others as trained with the
-    remaining tasks' weights in the forward pass. "In the forward pass" is read from the
-    tasks' final masks, not the evolving masks during training: the strict check is an
-    under-approximation. Strategies whose model is not a
+    promises a ``redraw_set(t)``, lies in that set, and no entry was retrained with B^t during
+    the request; *strict* — the same for ``forward[t]``, and no remaining buffer stores logits
+    computed with t's weights. Entries changed during an unlearning request count as re-drawn;
+    those in a remaining task's mask as then retrained with that task's buffer (B^u's loss
+    reaches only m_u), the others as trained with the remaining tasks' weights in the forward
+    pass. Which buffers a retraining replays is read from the replay steps' own event
+    (``before_replay_steps``): when t's own request replays B^t, every entry it retrained
+    counts as trained with B^t and left after the request (``buffer_entries``). "In the
+    forward pass" is read from the tasks' final masks, not the evolving masks during
+    training: the strict check is an under-approximation. Strategies whose model is not a
     :class:`~pall_avalanche.masks.SubnetworkNet` are not tracked (``results`` stays None).
     The weights are read when a request starts (and after each epoch); each request is booked
     when it is over, in the template's ``after_request`` event.
@@ -51,6 +54,9 @@ class ProvenanceTracker(UnlearningPlugin):
         self.forward: dict[int, torch.Tensor] = {}
         self.logit_deps: dict[int, set[int]] = {}
         self._start = self._end = self._expected = None
+        #: The task whose unlearning request runs, and whether its replay steps used B^task.
+        self._unlearning: int | None = None
+        self._replayed_own = False
 
     @staticmethod
     def _weights(strategy: UnlearningTemplate) -> list[torch.Tensor] | None:
@@ -108,9 +114,15 @@ class ProvenanceTracker(UnlearningPlugin):
         if self.results is None:
             return
         self._start = _flat(self._weights(strategy))
+        self._unlearning, self._replayed_own = task, False
         promised = strategy.redraw_set(task)
         self._expected = None if promised is None else torch.cat(
             [b.reshape(-1) for b in promised.bools().values()])
+
+    def before_replay_steps(self, strategy, tasks, forget=None, **kwargs) -> None:
+        """Note whether the unlearning request of t replays B^t."""
+        if self._unlearning is not None and self._unlearning in tasks:
+            self._replayed_own = True
 
     def _unlearned(self, strategy: UnlearningTemplate, task: int) -> None:
         if self.results is None or self._start is None:
@@ -121,18 +133,22 @@ class ProvenanceTracker(UnlearningPlugin):
         direct, forward = self.direct.pop(task), self.forward.pop(task)
         self.logit_deps.pop(task, None)
         logits_free = not any(task in self.logit_deps.get(u, ()) for u in remaining)
-        missed_direct = int((direct & ~covered).sum())
+        masks = {u: self._mask(strategy, u) for u in remaining}
+        retrained = (changed & torch.stack(list(masks.values())).any(0) if masks
+                     else torch.zeros_like(changed))
+        # retrained with B^t during t's own request: trained with B^t, and left after it
+        with_buffer = retrained if self._replayed_own else torch.zeros_like(changed)
+        missed_direct = int(((direct & ~covered) | with_buffer).sum())
         missed_forward = int((forward & ~covered).sum())
         self.results.append({
             "task": task, "direct_entries": int(direct.sum()), "direct_missed": missed_direct,
+            "buffer_entries": int(with_buffer.sum()),
             "forward_entries": int(forward.sum()), "forward_missed": missed_forward,
             "logits_free": logits_free, "direct_pass": missed_direct == 0,
             "strict_pass": missed_direct == 0 and missed_forward == 0 and logits_free,
         })
         self._clear(changed)
         if remaining:
-            masks = {u: self._mask(strategy, u) for u in remaining}
-            retrained = changed & torch.stack(list(masks.values())).any(0)
             sources = set().union(*(self._influencers(m) for m in masks.values()))
             sources |= set().union(*(self.logit_deps.get(u, set()) for u in remaining))
             for u in remaining:
@@ -143,5 +159,6 @@ class ProvenanceTracker(UnlearningPlugin):
                 self.forward[u] |= retrained & ~masks[u]
             for u in sources & set(self.direct):
                 self.forward[u] |= retrained
-        self._start = self._expected = None
+        self._start = self._expected = self._unlearning = None
+        self._replayed_own = False
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from pall_avalanche.audit.attacks import attack_summary, confidence_features
 from pall_avalanche.audit.exposure import klom_figures, retained_figures
-from pall_avalanche.audit.oracle import not_learned, oracle_sequence
+from pall_avalanche.audit.oracle import END, not_learned, oracle_sequence, probe_times, time_after
 from pall_avalanche.audit.permutation import (
     N_PERMUTATIONS,
     lower_bound,
@@ -59,14 +59,6 @@ from pall_avalanche.runs.wandb_logging import default_group
 
 __all__ = ["END", "SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows",
            "probe_times", "run_shadows", "shadow_specs"]
-
-#: The label of the final model's time.
-END = "end"
-
-
-def _time_after(request) -> str:
-    """The label of the time right after ``request`` (``after U1``)."""
-    return f"after {request}"
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
@@ -104,26 +96,6 @@ def run_shadows(methods: Sequence[str], n_shadows: int, config: Mapping[str, Any
     return records
 
 
-def probe_times(requests: RequestSequence) -> dict[str, dict[int, list[str]]]:
-    """When the attack reads a shadow run besides its end, per role (request index → the
-    labels of the times it stands for): right after every unlearning request of R from the
-    attacked task's on (labelled ``after U1``), unless it is R's last request (the end is
-    then that time), and, for the oracle runs, at the aligned request of R′ (its last request
-    before that point).
-    The model right after t's unlearning request is what a leak lasting only until the next
-    learning request leaves; with no learning request after it, it is the end."""
-    _, unlearned = oracle_sequence(requests)
-    out: dict[str, dict[int, list[str]]] = {"unlearned": {}, "oracle": {}}
-    kept, started = 0, False
-    for index, request in enumerate(requests):
-        kept += request.task not in unlearned
-        started = started or (request.is_unlearn and request.task == unlearned[0])
-        if started and request.is_unlearn and index < len(requests) - 1 and kept:
-            for role, at in (("unlearned", index), ("oracle", kept - 1)):
-                out[role].setdefault(at, []).append(_time_after(request))
-    return out
-
-
 def shadow_specs(methods: Sequence[str], n_shadows: int, config: dict, *,
                  requests: RequestSequence, seed: int) -> dict[str, list[RunSpec]]:
     """:func:`run_shadows`' runs by role: ``n_shadows`` of every method on R and on R′, each
@@ -147,7 +119,7 @@ def attacked_heads(record: Mapping[str, Any], time: str = END) -> list[int]:
     task = record["probe"]["task"]
     requests = list(RequestSequence(record["requests"], record["split"]["n_tasks"]))
     if time != END:       # up to the request the time follows
-        requests = requests[:[_time_after(r) for r in requests].index(time) + 1]
+        requests = requests[:[time_after(r) for r in requests].index(time) + 1]
     order = [r.task for r in requests if r.is_learn]
     return [task, *order[order.index(task) + 1:]]
 
@@ -186,7 +158,8 @@ def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
     test = membership_test(features, member, n_permutations=n_permutations)
     out: dict[str, Any] = attack_summary(test["scores"], member)
     out.update(runs=len(records), negatives=int(member.shape[1]),
-               null_auc=test["null_auc"], null_inout_auc=test["null_inout_auc"])
+               max_example_auc=test["max_example_auc"],
+               **{key: value for key, value in test.items() if key.startswith("null_")})
     return out
 
 
@@ -257,7 +230,7 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
                                          n_permutations=n_permutations, time=time)
                             for role in records}
                      for time in _times(records)}
-            for name in ("auc", "inout_auc"):
+            for name in ("auc", "inout_auc", "max_example_auc"):
                 row.update(_worst_time(name, found))
             # the attacks' own figures at the per-example gap's worst time
             for role, prefix in (("unlearned", "attack_"), ("oracle", "control_")):

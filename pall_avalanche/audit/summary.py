@@ -14,8 +14,9 @@ from pall_avalanche.audit.oracle import audit_rows
 from pall_avalanche.audit.permutation import N_PERMUTATIONS
 from pall_avalanche.audit.plans import plan_for
 from pall_avalanche.audit.shadows import attack_rows
+from pall_avalanche.audit.swapped import swap_rows
 from pall_avalanche.audit.verdict import ALPHA, family_p_values, verdict
-from pall_avalanche.catalog import AUDIT_LEAKS, METHOD_INFO, method_label
+from pall_avalanche.catalog import METHOD_INFO, method_label
 
 __all__ = ["FAMILY_SIZE", "AuditSummary", "summarise"]
 
@@ -49,12 +50,15 @@ class AuditSummary:
         raw = max(1 / (self.n_permutations + 1), 2.0 ** (1 - self.n_seeds))
         return min(1.0, FAMILY_SIZE * raw)
 
-    def leaks_detected(self) -> list[dict[str, Any]]:
-        """The leaky variants' rows (the dose-response and the channels), largest gap first,
-        each with ``detected`` (its primary leak test rejects in its own family)."""
-        rows = [dict(r, detected=bool(_detected(r)))
-                for r in self.rows if r["method"] in AUDIT_LEAKS and "leak_auc" in r]
-        return sorted(rows, key=lambda r: -r["leak_auc"])
+    def leaks_detected(self) -> dict[str, list[dict[str, Any]]]:
+        """Per kind of model, its leaky variants' rows (their plans' ``leaks``), largest gap
+        first, each with ``detected`` (its primary leak test rejects in its own family)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            plan = plan_for(row["method"])
+            if row["method"] in plan.leaks and "leak_auc" in row:
+                out.setdefault(plan.kind, []).append(dict(row, detected=_detected(row)))
+        return {kind: sorted(rows, key=lambda r: -r["leak_auc"]) for kind, rows in out.items()}
 
 
 def _detected(row: Mapping[str, Any]) -> bool:
@@ -63,13 +67,54 @@ def _detected(row: Mapping[str, Any]) -> bool:
     return row.get(f"{plan_for(row['method']).leak_test}_p_adj", 1.0) < ALPHA
 
 
+def replication_rows(replicated: Mapping[int, Mapping[str, Sequence[dict]]],
+                     methods: Sequence[str], *, n_permutations: int
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """Per method, its per-example gap to its control in each replication of the shadow
+    experiment (``replicated``: seed → :func:`~pall_avalanche.audit.shadows.run_shadows`'
+    records by role; another class split, initialisation and so model per seed): ``seed``,
+    ``leak_auc`` (at its worse time), ``leak_auc_p`` and ``detected`` — the leak test alone
+    below ALPHA / FAMILY_SIZE, what rejecting in the method's family of two takes when the
+    other test does not reject (Holm's first step; Eq. 1 does not run in a replication)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for seed, runs in sorted(replicated.items()):
+        mine = [m for m in methods if any(r["method"] == m for r in runs["unlearned"])]
+        for method, row in attack_rows(runs, mine, n_permutations=n_permutations).items():
+            if "leak_auc" in row:
+                out.setdefault(method, []).append({
+                    "seed": seed, "leak_auc": row["leak_auc"], "leak_auc_p": row["leak_auc_p"],
+                    "detected": row["leak_auc_p"] < ALPHA / FAMILY_SIZE})
+    return out
+
+
+def _spread(replications: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A row's figures over its replications (the audit's own seed first): ``replications``,
+    ``leak_auc_rep_mean`` / ``_min`` / ``_max``, ``detected_replications`` and
+    ``leak_auc_by_seed`` (``"0: +0.165; 1: +0.150"``, for the CSV)."""
+    gaps = [r["leak_auc"] for r in replications]
+    return {"replications": len(gaps), "leak_auc_rep_mean": float(sum(gaps) / len(gaps)),
+            "leak_auc_rep_min": min(gaps), "leak_auc_rep_max": max(gaps),
+            "detected_replications": sum(bool(r["detected"]) for r in replications),
+            "leak_auc_by_seed": "; ".join(f"{r['seed']}: {r['leak_auc']:+.3f}"
+                                          for r in replications)}
+
+
 def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequence[dict]],
-              methods: Sequence[str], *, n_permutations: int = N_PERMUTATIONS,
+              methods: Sequence[str], *, swapped: Sequence[dict] = (),
+              replicated: Mapping[int, Mapping[str, Sequence[dict]]] | None = None,
+              replication_permutations: int = N_PERMUTATIONS,
+              n_permutations: int = N_PERMUTATIONS,
               done: Callable[[str], None] | None = None) -> AuditSummary:
     """Rows, power and verdicts (module docstring).
 
     :param runs: :func:`~pall_avalanche.audit.run_audit`'s records by role.
     :param shadow_runs: :func:`~pall_avalanche.audit.shadows.run_shadows`' records by role.
+    :param swapped: :func:`~pall_avalanche.audit.swapped.run_swapped`'s records (the
+        data-swap pairs, white-box; never part of a verdict).
+    :param replicated: the leaky variants' and controls' shadow runs at further seeds
+        (:func:`replication_rows`, with ``replication_permutations`` per test): the spread of
+        their gaps over the replications, the audit's own seed included (:func:`_spread`'s
+        keys in their rows), never part of a verdict.
     :param methods: the methods, in row order (the positive controls their plans name among
         them, or those methods are "no power").
     :param done: called as each method's tests end, twice per method (``"<method>:
@@ -80,7 +125,9 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
 
     attacks = attack_rows(shadow_runs, methods, n_permutations=n_permutations,
                           done=finished("attack"))
-    rows = [{**row, **attacks[row["method"]]}
+    pairs = swap_rows(swapped, methods)
+    again = replication_rows(replicated or {}, methods, n_permutations=replication_permutations)
+    rows = [{**row, **attacks[row["method"]], **pairs.get(row["method"], {})}
             for row in audit_rows(runs, methods, n_permutations=n_permutations,
                                   done=finished("Eq. 1"))]
     adjusted = family_p_values(rows)
@@ -88,6 +135,10 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
         for (method, test), p in adjusted.items():
             if method == row["method"]:
                 row[f"{test}_p_adj"] = p
+        if row["method"] in again and "leak_auc" in row:
+            first = {"seed": shadow_runs["unlearned"][0]["seed"], "leak_auc": row["leak_auc"],
+                     "detected": _detected(row)}
+            row.update(_spread([first, *again[row["method"]]]))
     by_method = {row["method"]: row for row in rows}
     powered: dict[str, bool | None] = {}
     for method in methods:

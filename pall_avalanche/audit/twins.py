@@ -1,7 +1,8 @@
 """Runs the audit's variants share with the method they vary: a leaky PALL variant
-(:mod:`pall_avalanche.strategies.leaky`) differs from PALL, and a positive control of
-:mod:`pall_avalanche.strategies.controls` from its method, in unlearning only, so its runs on
-a sequence without unlearning requests (the oracle roles) are that method's, run once."""
+(:mod:`pall_avalanche.strategies.leaky`) differs from PALL, and a positive control or leaky
+variant of :mod:`pall_avalanche.strategies.controls` from Independent or Sequential, in
+unlearning only, so its runs on a sequence without unlearning requests (the oracle roles) are
+that method's, run once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pall_avalanche.catalog import METHOD_INFO
 from pall_avalanche.runs.spec import RunSpec
-from pall_avalanche.strategies.controls import IndependentNoUnlearning
+from pall_avalanche.strategies.controls import LeakyIndependent, LeakySequential
 from pall_avalanche.strategies.leaky import LeakyPALL
 
 __all__ = ["oracle_twin", "run_sharing_twins", "runs_needed"]
@@ -18,7 +19,8 @@ __all__ = ["oracle_twin", "run_sharing_twins", "runs_needed"]
 #: The variants' strategies (module:class) → the method each differs from in unlearning only
 #: (it constructs and learns drawing the same random numbers).
 _VARIED = {f"{cls.__module__}:{cls.__name__}": method
-           for cls, method in ((LeakyPALL, "pall"), (IndependentNoUnlearning, "independent"))}
+           for cls, method in ((LeakyPALL, "pall"), (LeakyIndependent, "independent"),
+                               (LeakySequential, "sequential"))}
 
 
 def oracle_twin(spec: RunSpec) -> RunSpec:

@@ -43,7 +43,10 @@ from pall_avalanche.catalog.registration import (
 __all__ = [
     "ABLATION_METHODS",
     "AUDIT_CONTROL",
+    "AUDIT_DENSE_LEAKS",
     "AUDIT_LEAKS",
+    "AUDIT_PER_TASK_CONTROL",
+    "AUDIT_PER_TASK_LEAKS",
     "BENCHMARK_INFO",
     "CLPU_SIZE",
     "DENSE_SIZE",
@@ -93,6 +96,12 @@ AUDIT_CONTROL = "pall_no_unlearning"
 #: largest first), then one channel each.
 AUDIT_LEAKS = ("pall_leak_redraw_100", "pall_leak_redraw_50", "pall_leak_redraw_25",
                "pall_leak_redraw_10", "pall_leak_body", "pall_leak_head", "pall_leak_buffer")
+#: The audit's positive control of the per-task models (Independent keeping t's model).
+AUDIT_PER_TASK_CONTROL = "independent_no_unlearning"
+#: The leaky variants of the per-task models: Independent keeping part of t's model.
+AUDIT_PER_TASK_LEAKS = ("independent_leak_50", "independent_leak_25")
+#: The leaky variants of one dense network: Sequential with part of t's update removed.
+AUDIT_DENSE_LEAKS = ("sequential_leak_50", "sequential_leak_25")
 
 _DATA = "pall_avalanche.data"
 #: The paper's benchmarks: a run of one of them at its shipped configuration is "the paper's

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from avalanche.training.utils import trigger_plugins
 from torch.nn import functional as F
 
 from pall_avalanche.models.grouped import forward_groups
@@ -133,4 +134,5 @@ class ReplayObjective:
                 total = total + self.replay_loss(strategy, tasks, per_task)
             return total
 
+        trigger_plugins(strategy, "before_replay_steps", tasks=list(tasks), forget=forget)
         strategy.optimization_steps(param_groups, n_iters, loss, trainable=trainable)

@@ -18,7 +18,10 @@ from importlib.resources import files
 from pall_avalanche.catalog import (
     ABLATION_METHODS,
     AUDIT_CONTROL,
+    AUDIT_DENSE_LEAKS,
     AUDIT_LEAKS,
+    AUDIT_PER_TASK_CONTROL,
+    AUDIT_PER_TASK_LEAKS,
     FIELD_METHODS,
     MANIFEST,
     TABLE1_METHODS,
@@ -30,7 +33,8 @@ __all__ = ["declarations", "main", "manifest_text"]
 #: The manifest's order (and so ``--help``'s and the reports'): the paper's methods as Table 1
 #: lists them, its ablations, the field's, the audit's instruments. Another declaration
 #: follows the one before it in its module (PALL's variants follow PALL), or comes last.
-_ORDER = (*TABLE1_METHODS, *ABLATION_METHODS, *FIELD_METHODS, AUDIT_CONTROL, *AUDIT_LEAKS)
+_ORDER = (*TABLE1_METHODS, *ABLATION_METHODS, *FIELD_METHODS, AUDIT_CONTROL, *AUDIT_LEAKS,
+          AUDIT_PER_TASK_CONTROL, *AUDIT_PER_TASK_LEAKS, *AUDIT_DENSE_LEAKS)
 
 
 def declarations() -> list[Method]:

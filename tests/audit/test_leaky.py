@@ -170,6 +170,59 @@ def test_the_per_task_models_control_keeps_the_model_and_shares_independent_s_or
     assert deleted["accuracy"][2][1] != deleted["accuracy"][1][1]
 
 
+@pytest.mark.parametrize("method", ["sequential_leak_50", "independent_leak_25"])
+def test_the_dense_and_per_task_variants_share_their_method_s_oracles(method):
+    config = {**FAST_CONFIG, **CONFIG}
+    oracle = seq("L0 L2 L3")
+    base = "sequential" if method.startswith("sequential") else "independent"
+    assert oracle_twin(RunSpec.of(method, 0, config, oracle)) == RunSpec.of(base, 0, config,
+                                                                            oracle)
+    a = run_record(method, 0, config, requests=oracle)
+    b = run_record(base, 0, config, requests=oracle)
+    assert a["accuracy"] == b["accuracy"] and a["learning_checks"] == b["learning_checks"]
+
+
+def test_sequential_keeping_part_of_t_s_update_removes_the_rest_entry_by_entry():
+    """Unlearning t subtracts t's own update (its change while t was learned) from the
+    entries it does not keep, and only from them; the kept share is about f."""
+    leaky, bm = learned("sequential_leak_50", "L0")
+    before_t = tensors(leaky.model)
+    stream = RequestStream(bm, seq("L0 L1 L2 U1"))
+    leaky.train(stream[1])
+    after_t = tensors(leaky.model)
+    leaky.train(stream[2])
+    before_u = tensors(leaky.model)
+    leaky.unlearn(1)
+    after_u = tensors(leaky.model)
+    kept = removed = 0
+    for name, value in after_u.items():
+        update = after_t[name] - before_t.get(name, after_t[name])
+        moved = update != 0
+        same = value == before_u[name]
+        subtracted = torch.isclose(value, before_u[name] - update, rtol=0, atol=1e-6)
+        assert bool((same | subtracted).all()), name
+        kept += int((same & moved).sum())
+        removed += int((~same & moved).sum())
+    assert kept + removed > 1000 and 0.4 < kept / (kept + removed) < 0.6
+
+
+def test_independent_keeping_part_of_t_s_model_re_draws_the_rest():
+    """t's model stays; each entry keeps its learned value with probability f (a quarter), the
+    others take values no training produced, and the other tasks' models are untouched."""
+    leaky, _ = learned("independent_leak_25", "L0 L1 L2")
+    models = {t: tensors(leaky.model.model_for(t)) for t in (0, 1, 2)}
+    leaky.unlearn(1)
+    assert 1 not in leaky.active_tasks and "1" in leaky.model.task_models
+    for t in (0, 2):
+        after = tensors(leaky.model.model_for(t))
+        assert all(torch.equal(after[k], v) for k, v in models[t].items())
+    after = tensors(leaky.model.model_for(1))
+    params = dict(leaky.model.model_for(1).named_parameters())
+    same = sum(int((after[k] == v).sum()) for k, v in models[1].items() if k in params)
+    total = sum(v.numel() for k, v in models[1].items() if k in params)
+    assert total > 1000 and 0.2 < same / total < 0.3
+
+
 def test_leak_options_are_checked():
     with pytest.raises(ValueError, match="leak='nothing' is invalid"):
         make_strategy("pall_leak_head", leak="nothing")

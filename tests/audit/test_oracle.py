@@ -155,14 +155,18 @@ def test_variants_resolve_to_their_options():
 # ------------------------------------------------------------------ provenance
 @pytest.mark.parametrize(("method", "direct", "strict"), [
     ("wsn", False, False), ("pall", True, False), ("pall_beta0", True, False),
-    ("pall_strict", True, True)])
+    ("pall_strict", True, True), ("pall_leak_buffer", False, False)])
 def test_provenance_check_at_run_time(method, direct, strict):
     record = run_record(method, 0, AUDIT_CONFIG, requests=seq("L0 L1 L2 U1"),
                         probe=partial(AuditProbe, [1]))
     (check,) = record["probe"]["provenance"]
     assert check["task"] == 1 and check["direct_entries"] > 0 and check["forward_entries"] > 0
     assert (check["direct_pass"], check["strict_pass"]) == (direct, strict)
-    assert check["logits_free"] == (method != "pall")  # β=0.5 stores logits made with t
+    assert check["logits_free"] == (method not in ("pall", "pall_leak_buffer"))  # β=0.5
+    # retraining with B^t during t's own request: what it retrained counts as left of t
+    assert (check["buffer_entries"] > 0) == (method == "pall_leak_buffer")
+    if method == "pall_leak_buffer":
+        assert check["direct_missed"] >= check["buffer_entries"]
 
 
 @pytest.mark.parametrize("method", ["pall", "pall_beta0", "pall_strict"])
@@ -272,7 +276,8 @@ def test_eq1_separates_what_kept_the_head_and_not_an_exact_method(tmp_path):
 def _audit_argv(tmp_path) -> list[str]:
     return ["--methods", "sequential,independent", "--seeds", "0", "1", "--shadows", "4",
             "--quiet", "--set", "epochs=1", "--set", "n_retrain_iters=5", "--permutations", "300",
-            "--out", str(tmp_path / "res"), "--report-dir", str(tmp_path / "rep")]
+            "--replications", "2", "--out", str(tmp_path / "res"),
+            "--report-dir", str(tmp_path / "rep")]
 
 
 @pytest.mark.filterwarnings("ignore:--seeds")       # two seeds: warned, as end to end below
@@ -282,7 +287,9 @@ def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tm
                          (["--shadows", "2"], r"--shadows 2: at least 4 shadow runs"),
                          (["--permutations", "39"], r"--permutations 39: too few for a family "
                                                     r"of 2 tests at family-wise 0\.05 .*at least "
-                                                    r"40")):
+                                                    r"40"),
+                         (["--replications", "3"], r"--replications 3: must lie in 1\.\.2"),
+                         (["--replications", "0"], r"--replications 0: must lie in 1\.\.2")):
         with pytest.raises(ValueError, match=message):
             script.main([*argv, *bad])
     assert not list(tmp_path.rglob("*.json"))          # nothing ran
@@ -309,10 +316,18 @@ def test_audit_script_end_to_end(tmp_path, capsys):
     lines = [line for line in markdown.splitlines() if line.startswith("| ")]
     header, *rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
     table = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
-    # the positive control of each audited method's kind runs beside it (Sequential is the
-    # dense methods' own); no subnetwork method, so no leaky PALL variant
+    # the positive control and the leaky variants of each audited method's kind run beside
+    # it (Sequential is the dense methods' own control); no subnetwork method, so no leaky
+    # PALL variant
     assert sorted(table) == sorted(["Sequential", "Independent",
-                                    "Independent, no unlearning (control)"])
+                                    "Independent, no unlearning (control)",
+                                    "Independent keeping 50 % of t's model",
+                                    "Independent keeping 25 % of t's model",
+                                    "Sequential keeping 50 % of t's update",
+                                    "Sequential keeping 25 % of t's update"])
+    swap = "Data-swap pair, state after t's unlearning (white-box)"
+    assert table["Independent"][swap] == "state identical"
+    assert re.fullmatch(r"[\d,]+ entries differ \(weights [\d,]+\)", table["Sequential"][swap])
     for name, row in table.items():
         failed, runs = map(int, row["t not learned"].split("/"))
         assert runs == 2 + 4
@@ -335,3 +350,13 @@ def test_audit_script_end_to_end(tmp_path, capsys):
     assert "retained_change" not in numbers or np.isnan(numbers.loc["independent",
                                                                     "retained_change"])
     assert np.isfinite(numbers.loc["independent_no_unlearning", "leak_auc"])
+    # the controls' and leaky variants' shadow experiment again at the second seed: its gap
+    # first at the audit's own seed, then at seed 1; the audited methods are not replicated
+    for method in ("sequential", "independent_no_unlearning", "sequential_leak_25"):
+        row = numbers.loc[method]
+        assert row["replications"] == 2, method
+        first, second = row["leak_auc_by_seed"].split("; ")
+        assert first == f"0: {row['leak_auc']:+.3f}" and second.startswith("1: ")
+        gaps = [row["leak_auc"], float(second[3:])]
+        assert row["leak_auc_rep_min"] == pytest.approx(min(gaps), abs=5e-4)
+    assert np.isnan(numbers.loc["independent", "replications"])

@@ -18,11 +18,11 @@ from pall_avalanche.audit.permutation import (
     eq1_test,
     gaussian_kl,
     holm,
+    kl_test,
     lira_loo_scores,
     lower_bound,
     membership_test,
     p_value,
-    paired_kl_test,
     ridge_scores,
     row_aucs,
     seed_folds,
@@ -121,7 +121,7 @@ def test_each_test_finds_a_real_difference():
     features = rng.normal(size=(16, 20, 2)) + member[:, :, None]
     found = membership_test(features, member, n_permutations=200)
     assert found["auc"] > 0.7 and p_value(found["auc"], found["null_auc"]) == 1 / 201
-    found = paired_kl_test(rng.normal(size=(16, 30)) + 2, rng.normal(size=(16, 30)),
+    found = kl_test(rng.normal(size=(16, 30)) + 2, rng.normal(size=(16, 30)),
                            n_permutations=200)
     assert found["q0.5_p"] == found["q0.9_p"] == pytest.approx(1 / 201)
 
@@ -148,9 +148,42 @@ def test_membership_permutation_test_is_calibrated():
     assert np.mean(rejected) <= ACCEPTED
 
 
-def test_paired_kl_test_is_calibrated():
+def test_kl_test_on_in_runs_fits_each_example_on_its_own_runs():
+    """With memberships, each example's KL is gaussian_kl of its IN runs only (computed here
+    example by example); with every run IN it is the plain KL; a shift confined to the IN
+    runs is found, and both nulls (paired, unpaired) find it."""
+    rng = np.random.default_rng(8)
+    member = rng.random((16, 12)) < 0.5
+    first, second = rng.normal(size=(16, 12)), rng.normal(size=(16, 12))
+    found = kl_test(first, second, member=member, n_permutations=20)
+    for j in range(12):
+        rows = member[:, j]
+        expected = gaussian_kl(first[rows, j:j + 1], second[rows, j:j + 1])[0] \
+            if rows.sum() >= 2 else np.nan
+        assert found["kl"][j] == pytest.approx(expected, nan_ok=True)
+    plain = kl_test(first, second, n_permutations=20)["kl"]
+    assert plain == pytest.approx(gaussian_kl(first, second))
+    shifted = first + 3 * member
+    for paired in (True, False):
+        found = kl_test(shifted, second, member=member, paired=paired, n_permutations=200)
+        assert found["q0.5_p"] == pytest.approx(1 / 201)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_kl_test_on_in_runs_is_calibrated(paired):
+    rng = np.random.default_rng(9)
+    rejected = []
+    for i in range(200):
+        member = rng.random((16, 30)) < 0.5
+        rejected.append(kl_test(rng.normal(size=(16, 30)), rng.normal(size=(16, 30)),
+                                member=member, paired=paired, n_permutations=100,
+                                seed=i)["q0.9_p"] < NOMINAL)
+    assert np.mean(rejected) <= ACCEPTED
+
+
+def test_kl_test_is_calibrated():
     rng = np.random.default_rng(6)
-    rejected = [paired_kl_test(rng.normal(size=(16, 30)), rng.normal(size=(16, 30)),
+    rejected = [kl_test(rng.normal(size=(16, 30)), rng.normal(size=(16, 30)),
                                n_permutations=100, seed=i)["q0.9_p"] < NOMINAL
                 for i in range(300)]
     assert np.mean(rejected) <= ACCEPTED

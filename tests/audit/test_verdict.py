@@ -9,7 +9,14 @@ import itertools
 import numpy as np
 import pytest
 
-from pall_avalanche.audit.plans import DENSE, PER_TASK_MODELS, SUBNETWORKS, plan_for
+from pall_avalanche.audit.plans import (
+    DENSE,
+    PALL_SUBNETWORKS,
+    PER_TASK_MODELS,
+    SUBNETWORKS,
+    instruments_needed,
+    plan_for,
+)
 from pall_avalanche.audit.verdict import (
     DISTINGUISHABLE,
     LEAKS,
@@ -18,8 +25,9 @@ from pall_avalanche.audit.verdict import (
     verdict,
 )
 
-TESTS = ("leak_auc", "leak_inout_auc", "auc", "auc_head", "klom_forget_q0.9", "control_auc",
-         "control_inout_auc")
+TESTS = ("leak_auc", "leak_inout_auc", "leak_max_example_auc", "auc", "auc_head",
+         "klom_forget_in_q0.9",
+         "klom_forget_in_unpaired_q0.9", "control_auc", "control_inout_auc")
 
 
 def row(method="m", not_learned=0, shadow_not_learned=0, bound=0.03, **p) -> dict:
@@ -41,7 +49,7 @@ def judge(r: dict, *, exact=True, powered=True) -> str:
     (row(auc=0.001), False, f"{DISTINGUISHABLE} (Eq. 1)"),
     (row(auc=0.001), True, f"{DISTINGUISHABLE} (Eq. 1); exact: NOT supported (Eq. 1)"),
     # an instrument never makes a verdict: KLoM, the task-level attack, Eq. 1 on t's head
-    (row(**{"klom_forget_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4}), True,
+    (row(**{"klom_forget_in_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4}), True,
      f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
     (row(leak_auc=0.001, auc=0.001), True,
      f"{LEAKS} (per-example attack); exact: NOT supported (per-example attack / Eq. 1)"),
@@ -84,7 +92,7 @@ def test_a_methods_verdict_does_not_depend_on_the_other_methods_of_the_command()
     # Holm over pall's two primary tests by hand: 2 · 0.02, then max(0.04, 1 · 0.2)
     assert alone[("pall", "leak_auc")] == pytest.approx(0.04)
     assert alone[("pall", "auc")] == pytest.approx(0.2)
-    assert alone[("pall", "klom_forget_q0.9")] == 0.5           # an instrument: its raw p
+    assert alone[("pall", "klom_forget_in_q0.9")] == 0.5           # an instrument: its raw p
 
 
 def test_exact_is_claimed_only_with_every_condition_met():
@@ -104,11 +112,22 @@ def test_exact_is_claimed_only_with_every_condition_met():
             assert "exact: NOT supported" in line
 
 
-def test_every_method_has_the_control_of_its_kind_of_model():
-    assert plan_for("pall") == plan_for("wsn") == plan_for("pall_leak_head") == SUBNETWORKS
+def test_every_method_has_the_control_and_leaky_variants_of_its_kind_of_model():
+    assert plan_for("pall") == plan_for("pall_leak_head") == PALL_SUBNETWORKS
+    assert plan_for("wsn") == plan_for("hat") == SUBNETWORKS
+    assert (PALL_SUBNETWORKS.kind, PALL_SUBNETWORKS.control) == (SUBNETWORKS.kind,
+                                                                 SUBNETWORKS.control)
     assert plan_for("independent") == plan_for("clpu_derpp") == PER_TASK_MODELS
     assert plan_for("ewc") == plan_for("a_plugins_method") == DENSE
     assert [p.control for p in (SUBNETWORKS, PER_TASK_MODELS, DENSE)] == [
         "pall_no_unlearning", "independent_no_unlearning", "sequential"]
-    # a control judges itself with its own plan
-    assert all(plan_for(p.control) == p for p in (SUBNETWORKS, PER_TASK_MODELS, DENSE))
+    assert SUBNETWORKS.leaks == () and "pall_leak_buffer" in PALL_SUBNETWORKS.leaks
+    assert PER_TASK_MODELS.leaks == ("independent_leak_50", "independent_leak_25")
+    assert DENSE.leaks == ("sequential_leak_50", "sequential_leak_25")
+    # a control and a leaky variant judge themselves with their own kind's plan
+    for plan in (PALL_SUBNETWORKS, PER_TASK_MODELS, DENSE):
+        assert all(plan_for(m) == plan for m in (plan.control, *plan.leaks))
+    # what a command runs beside its methods: each kind's control and variants, once
+    assert instruments_needed(["pall", "wsn", "sequential"]) == [
+        "pall_no_unlearning", *PALL_SUBNETWORKS.leaks, *DENSE.leaks]
+    assert instruments_needed(["wsn"]) == ["pall_no_unlearning"]

@@ -67,7 +67,7 @@ def test_the_audit_tutorials_verdict_is_its_committed_report():
     row = pd.read_csv(ROOT / "reports" / "l2_init" / "audit_digits.csv").set_index(
         "method").loc["l2_init"]
     quoted = re.search(r'verdict for L2-init: "([^"]+)" .* \(AUC (\d\.\d+), adjusted p '
-                       r"(\d\.\d+)\) .* \(gap to control \+(\d\.\d+), adjusted p "
+                       r"(\d\.\d+)[;)] .* \(gap to control \+(\d\.\d+), adjusted p "
                        r"(\d\.\d+)\)", tutorial)
     assert quoted, "the tutorial's verdict sentence changed: update this test with it"
     verdict, auc, auc_p, gap, gap_p = quoted.groups()
