@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pall_avalanche.audit.attacks import relearning_gap
-from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test, p_value
+from pall_avalanche.audit.permutation import N_PERMUTATIONS, eq1_test, worst_over_times
 from pall_avalanche.audit.probes import AuditProbe
 from pall_avalanche.audit.protocol import REFERENCE_SEED_OFFSET
 from pall_avalanche.audit.statistics import mean_js, membership_aucs, model_features
@@ -327,15 +327,9 @@ def _worst_eq1(name: str, found: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     ``<name>_time``), ``_p`` its max-statistic p-value (the largest AUC under each of the
     flips, the same at every time), ``_upper`` that time's one-sided 95 % bound, and per
     time ``<name>[<time>]`` with its own ``_p``."""
-    worst = max(found, key=lambda time: found[time]["auc"])
-    out: dict[str, Any] = {
-        name: found[worst]["auc"], f"{name}_time": worst,
-        f"{name}_p": p_value(found[worst]["auc"],
-                             np.max([test["null"] for test in found.values()], 0)),
-        f"{name}_upper": found[worst]["upper"]}
-    for time, test in found.items():
-        out[f"{name}[{time}]"] = test["auc"]
-        out[f"{name}[{time}]_p"] = test["p"]
+    out = worst_over_times(name, {time: (test["auc"], test["null"])
+                                  for time, test in found.items()})
+    out[f"{name}_upper"] = found[out[f"{name}_time"]]["upper"]
     return out
 
 

@@ -34,7 +34,7 @@ from pall_avalanche.audit.protocol import N_PERMUTATIONS
 
 __all__ = ["N_PERMUTATIONS", "eq1_test", "gaussian_kl", "holm", "lira_loo_scores", "log_normal",
            "kl_test", "lower_bound", "membership_test", "p_value", "ridge_scores",
-           "row_aucs", "seed_folds", "upper_bound"]
+           "row_aucs", "seed_folds", "upper_bound", "worst_over_times"]
 
 #: Permutations fitted at once (memory: a chunk's arrays are this many times a fit's).
 CHUNK = 100
@@ -71,6 +71,23 @@ def lower_bound(observed: float, null: np.ndarray, center: float, level: float =
     the null's ``level`` quantile; at least 0. "AUC ≥ bound at 95 %"."""
     bound = observed + center - np.quantile(np.asarray(null, dtype=np.float64), level)
     return float(max(0.0, bound))
+
+
+def worst_over_times(name: str, found: Mapping[str, tuple[float, np.ndarray]]
+                     ) -> dict[str, Any]:
+    """A statistic read at several times (``found``: time → (observed, its null), the nulls
+    of one set of permutations, so that they pair up): ``<name>``, the largest, at
+    ``<name>_time``, with ``<name>_p`` against the largest value under each permutation (a
+    max-statistic test over the times), and per time ``<name>[<time>]`` with its own
+    ``_p``."""
+    worst = max(found, key=lambda time: found[time][0])
+    out: dict[str, Any] = {
+        name: found[worst][0], f"{name}_time": worst,
+        f"{name}_p": p_value(found[worst][0], np.max([null for _, null in found.values()], 0))}
+    for time, (value, null) in found.items():
+        out[f"{name}[{time}]"] = value
+        out[f"{name}[{time}]_p"] = p_value(value, null)
+    return out
 
 
 def holm(pvalues: Mapping[K, float]) -> dict[K, float]:

@@ -48,6 +48,7 @@ from pall_avalanche.audit.permutation import (
     membership_test,
     p_value,
     upper_bound,
+    worst_over_times,
 )
 from pall_avalanche.audit.probes import ShadowProbe
 from pall_avalanche.audit.twins import run_sharing_twins
@@ -182,16 +183,10 @@ def _worst_time(name: str, found: Mapping[str, Mapping[str, Mapping[str, Any]]]
     gaps = {time: (roles["unlearned"][name] - roles["oracle"][name],
                    roles["unlearned"][f"null_{name}"] - roles["oracle"][f"null_{name}"])
             for time, roles in found.items()}
-    worst = max(gaps, key=lambda time: gaps[time][0])
+    out = worst_over_times(f"leak_{name}", gaps)
     level = 1 - (1 - SIMULTANEOUS_LEVEL) / len(gaps)
-    out: dict[str, Any] = {
-        f"leak_{name}": gaps[worst][0], f"leak_{name}_time": worst,
-        f"leak_{name}_p": p_value(gaps[worst][0], np.max([n for _, n in gaps.values()], 0)),
-        f"leak_{name}_upper": upper_bound(*gaps[worst], 0.0),
-        f"leak_{name}_bound": max(upper_bound(d, n, 0.0, level) for d, n in gaps.values())}
-    for time, (diff, null) in gaps.items():
-        out[f"leak_{name}[{time}]"] = diff
-        out[f"leak_{name}[{time}]_p"] = p_value(diff, null)
+    out[f"leak_{name}_upper"] = upper_bound(*gaps[out[f"leak_{name}_time"]], 0.0)
+    out[f"leak_{name}_bound"] = max(upper_bound(d, n, 0.0, level) for d, n in gaps.values())
     return out
 
 

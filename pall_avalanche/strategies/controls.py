@@ -33,7 +33,7 @@ import torch
 from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.models.init import reinitialize_
 from pall_avalanche.strategies.independent import Independent
-from pall_avalanche.strategies.leaky import LEAK_SEED
+from pall_avalanche.strategies.leaky import LEAK_SEED, kept_entries
 from pall_avalanche.strategies.sequential import Sequential
 
 __all__ = ["DECLARATIONS", "LeakyIndependent", "LeakySequential"]
@@ -43,13 +43,6 @@ def _check_fraction(leak_fraction: float) -> float:
     if not 0.0 <= leak_fraction <= 1.0:
         raise ValueError(f"leak_fraction={leak_fraction!r} must lie in [0, 1]")
     return float(leak_fraction)
-
-
-def _kept(task: int, shapes, fraction: float) -> list[torch.Tensor]:
-    """Per tensor of ``shapes``, the entries that keep what ``task`` trained: each with
-    probability ``fraction``, a fixed draw per task from a generator of its own."""
-    generator = torch.Generator().manual_seed(LEAK_SEED + task)
-    return [torch.rand(shape, generator=generator) < fraction for shape in shapes]
 
 
 class LeakyIndependent(Independent):
@@ -74,11 +67,10 @@ class LeakyIndependent(Independent):
             torch.manual_seed(LEAK_SEED + task)
             fresh = reinitialize_(copy.deepcopy(model))
         params = list(model.parameters())
+        kept = kept_entries(task, [p.shape for p in params], self.leak_fraction)
         with torch.no_grad():
-            for p, new, kept in zip(params, fresh.parameters(),
-                                    _kept(task, [p.shape for p in params], self.leak_fraction),
-                                    strict=True):
-                p.copy_(torch.where(kept.to(p.device), p, new))
+            for p, new, keep in zip(params, fresh.parameters(), kept, strict=True):
+                p.copy_(torch.where(keep.to(p.device), p, new))
 
 
 class LeakySequential(Sequential):
@@ -113,7 +105,7 @@ class LeakySequential(Sequential):
         """Subtract ``task``'s update from the entries the draw does not keep."""
         update = self.updates.pop(task)
         params = dict(self.model.named_parameters())
-        kept = _kept(task, [u.shape for u in update.values()], self.leak_fraction)
+        kept = kept_entries(task, [u.shape for u in update.values()], self.leak_fraction)
         with torch.no_grad():
             for (name, delta), keep in zip(update.items(), kept, strict=True):
                 params[name].sub_(torch.where(keep.to(delta.device), 0.0, delta))

@@ -40,7 +40,7 @@ from pall_avalanche.catalog.declaration import Key, Method
 from pall_avalanche.masks import MaskSet
 from pall_avalanche.strategies.pall import PALL, PALL_KEYS
 
-__all__ = ["LEAKS", "DECLARATIONS", "LeakyPALL"]
+__all__ = ["LEAKS", "DECLARATIONS", "LeakyPALL", "kept_entries"]
 
 #: ``leak`` values (module docstring).
 LEAKS = ("everything", "redraw", "body", "head", "buffer")
@@ -48,6 +48,15 @@ LEAKS = ("everything", "redraw", "body", "head", "buffer")
 #: generator of its own, so that asking for the re-drawn set twice (the provenance check
 #: does) gives the same set and draws nothing from the run's random stream.
 LEAK_SEED = 20_250_424
+
+
+def kept_entries(task: int, shapes, fraction: float) -> list[torch.Tensor]:
+    """Per tensor of ``shapes``, the entries that keep what ``task`` trained: each with
+    probability ``fraction``, a fixed draw per task from a generator of its own
+    (:data:`LEAK_SEED`), so that asking twice gives the same entries and nothing is drawn from
+    the run's random stream."""
+    generator = torch.Generator().manual_seed(LEAK_SEED + task)
+    return [torch.rand(shape, generator=generator) < fraction for shape in shapes]
 
 
 class LeakyPALL(PALL):
@@ -86,7 +95,8 @@ class LeakyPALL(PALL):
         entries = super().redraw_set(task)
         net = self.model
         if self.leak == "redraw":
-            kept = dict(zip(net.shapes, self._kept_draws(task, net.shapes.values()),
+            kept = dict(zip(net.shapes, kept_entries(task, net.shapes.values(),
+                                                     self.leak_fraction),
                             strict=True))
         elif self.leak in ("body", "head"):
             heads = net.head_masks(task)
@@ -96,13 +106,6 @@ class LeakyPALL(PALL):
         else:
             return entries
         return entries - MaskSet.from_bool(kept).to(entries.device)
-
-    def _kept_draws(self, task: int, shapes) -> list[torch.Tensor]:
-        """``redraw``'s choice, per tensor of ``shapes``, of the entries that keep their
-        learned values: a fixed draw per task from a generator of its own (the promise is a
-        pure function; t's own head draws after the network's entries)."""
-        generator = torch.Generator().manual_seed(LEAK_SEED + task)
-        return [torch.rand(shape, generator=generator) < self.leak_fraction for shape in shapes]
 
     def _unlearn(self, task: int) -> None:
         if self.leak == "everything":
@@ -118,7 +121,8 @@ class LeakyPALL(PALL):
             self._replayed = None
         if self.leak in ("head", "redraw"):
             shapes = [*self.model.shapes.values(), *(value.shape for value in own)]
-            keep = (self._kept_draws(task, shapes)[len(self.model.shapes):]
+            # t's own head draws after the network's entries (as redraw_set's draw)
+            keep = (kept_entries(task, shapes, self.leak_fraction)[len(self.model.shapes):]
                     if self.leak == "redraw" else [torch.ones_like(v, dtype=bool) for v in own])
             with torch.no_grad():
                 for p, value, kept in zip(self.model.net.task_parameters(task), own, keep,
