@@ -282,16 +282,22 @@ def _audit_row(method: str, by_role: Mapping[str, Mapping[int, dict]],
         probe = record["probe"]
         return probe["outputs"] if time == END else probe["outputs_at"][time]
 
-    for name, head_only in (("auc", False), ("auc_head", True)):
+    # unpaired: the unlearned models of every other seed against the oracles of the others,
+    # no two models sharing a seed (so neither a class split nor initial weights)
+    apart = [(s, 1 - i % 2, (ora if i % 2 else unl)[s]) for i, s in enumerate(seeds)]
+    for name, head_only, models in (("auc", False, pairs), ("auc_head", True, pairs),
+                                    ("auc_unpaired", False, apart)):
+        if models is apart and len(seeds) < 4:
+            continue                    # fewer than two models a side: nothing unpaired
         found = {}
         for time in times:
             shown = [t for t in tasks if str(t) in outputs(unl[seeds[0]], time)]
             feats = [model_features(outputs(record, time)[str(t)], t, cpt, head_only)
-                     for _, _, record in pairs for t in shown]
-            labels = [label for _, label, _ in pairs for _ in shown]
-            groups = [s for s, _, _ in pairs for _ in shown]
+                     for _, _, record in models for t in shown]
+            labels = [label for _, label, _ in models for _ in shown]
+            groups = [s for s, _, _ in models for _ in shown]
             found[time] = eq1_test(np.array(feats), np.array(labels), np.array(groups),
-                                   n_permutations=n_permutations)
+                                   n_permutations=n_permutations, paired=models is pairs)
         row.update(_worst_eq1(name, found))
     js_gap, mia_loss, mia_feat = [], [], []
     for s in seeds:

@@ -161,15 +161,19 @@ def ridge_scores(features: np.ndarray, labels: np.ndarray, folds: list[np.ndarra
 
 
 def eq1_test(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
-             n_folds: int = 5, n_permutations: int = N_PERMUTATIONS, seed: int = 0
-             ) -> dict[str, float]:
+             n_folds: int = 5, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
+             paired: bool = True) -> dict[str, float]:
     """Eq. 1's distinguisher and its permutation test.
 
-    The samples of a group (a seed) are one unlearned model's (label 1) and its oracle twin's
-    (label 0) summaries; under exact unlearning the two are exchangeable within the seed.
-    The statistic is the AUC of :func:`ridge_scores` cross-validated over
-    :func:`seed_folds`; its null redoes the cross-validation with the labels of each seed
-    swapped (all of a group's labels flipped) with probability 1/2.
+    Paired (the default), the samples of a group (a seed) are one unlearned model's (label 1)
+    and its oracle twin's (label 0) summaries; under exact unlearning the two are
+    exchangeable within the seed. The statistic is the AUC of :func:`ridge_scores`
+    cross-validated over :func:`seed_folds`; its null redoes the cross-validation with the
+    labels of each seed swapped (all of a group's labels flipped) with probability 1/2.
+
+    Unpaired, a group is one model (one label) and no two groups share a seed: under exact
+    unlearning all are exchangeable, and the null redoes the cross-validation with the
+    groups' labels permuted among the groups (as many of each label as observed).
 
     Keys: ``auc``, ``p`` (one-sided: AUC above its null), ``upper`` (the one-sided 95 % bound,
     :func:`upper_bound`), ``null_mean``, ``null`` (the null's AUCs: the same flips for every
@@ -181,10 +185,18 @@ def eq1_test(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
     auc = float(row_aucs(ridge_scores(features, labels, folds)[0], labels))
     rng = np.random.default_rng(seed + 1)
     ids, index = np.unique(groups, return_inverse=True)
+    own = np.zeros(len(ids), dtype=int)
+    own[index] = labels
+    if not paired and (own[index] != labels).any():
+        raise ValueError("unpaired, every group is one model: its samples share one label")
     null = []
     for part in _chunks(n_permutations):
-        flips = rng.integers(0, 2, (part.stop - part.start, len(ids)))[:, index]
-        permuted = np.where(flips == 1, 1 - labels, labels)
+        size = part.stop - part.start
+        if paired:
+            flips = rng.integers(0, 2, (size, len(ids)))[:, index]
+            permuted = np.where(flips == 1, 1 - labels, labels)
+        else:
+            permuted = rng.permuted(np.broadcast_to(own, (size, len(ids))), axis=1)[:, index]
         null.append(row_aucs(ridge_scores(features, permuted, folds), permuted))
     null_auc = np.concatenate(null)
     return {"auc": auc, "p": p_value(auc, null_auc), "upper": upper_bound(auc, null_auc, 0.5),

@@ -44,6 +44,7 @@ __all__ = ["DENSE", "PALL_SUBNETWORKS", "PER_TASK_MODELS", "PLANS", "SUBNETWORKS
 TEST_NAMES = {"leak_auc": "per-example attack", "leak_inout_auc": "task-level attack",
               "leak_max_example_auc": "per-example maximum",
               "auc": "Eq. 1", "auc_head": "Eq. 1 on t's head",
+              "auc_unpaired": "Eq. 1 (unpaired)",
               "klom_forget_in_q0.9": "KLoM (IN runs)",
               "klom_forget_in_unpaired_q0.9": "KLoM (IN runs, unpaired)"}
 

@@ -32,8 +32,11 @@ stays within its null. KLoM and the retained-set exposure
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +149,8 @@ def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int],
 
 
 def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
-           n_permutations: int = N_PERMUTATIONS, time: str = END) -> dict[str, Any]:
+           n_permutations: int = N_PERMUTATIONS, time: str = END,
+           known: dict[bytes, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The per-example attack (leave one run out) reading ``heads`` and the task-level IN/OUT
     AUC over one method's shadow runs of one role (module docstring):
     :func:`~pall_avalanche.audit.attacks.attack_summary`'s keys, ``runs``, ``negatives``
@@ -154,13 +158,24 @@ def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
     the permutation nulls ``null_auc`` / ``null_inout_auc`` (arrays,
     :func:`~pall_avalanche.audit.permutation.membership_test`; the same permutations for every
     call with the same memberships, so nulls of two times or two roles pair up), on the
-    models at ``time`` (:data:`END` or a label of :func:`probe_times`)."""
+    models at ``time`` (:data:`END` or a label of :func:`probe_times`).
+
+    ``known`` holds attacks already computed, by their inputs (the runs' statistics and
+    memberships): the same runs read by several methods (the oracle runs a leaky variant
+    shares with its method) are attacked once; the dict returned may be one of them, to be
+    read, not changed."""
     features, member = _attack_inputs(records, heads, time)
+    inputs = hashlib.sha1(b"".join((features.tobytes(), member.tobytes(),
+                                    str((features.shape, n_permutations)).encode()))).digest()
+    if known is not None and inputs in known:
+        return known[inputs]
     test = membership_test(features, member, n_permutations=n_permutations)
     out: dict[str, Any] = attack_summary(test["scores"], member)
     out.update(runs=len(records), negatives=int(member.shape[1]),
                max_example_auc=test["max_example_auc"],
                **{key: value for key, value in test.items() if key.startswith("null_")})
+    if known is not None:
+        known[inputs] = out
     return out
 
 
@@ -190,9 +205,23 @@ def _worst_time(name: str, found: Mapping[str, Mapping[str, Mapping[str, Any]]]
     return out
 
 
+def sharing_oracles(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]
+                    ) -> list[list[str]]:
+    """``methods`` grouped by the oracle runs they read (a leaky variant's are its method's
+    records under its name: :func:`~pall_avalanche.audit.twins.run_sharing_twins`), the
+    largest group first."""
+    groups: dict[tuple, list[str]] = {}
+    for method in methods:
+        read = tuple(sorted((r["config"]["shadow_seed"], r["config_hash"], r["code"])
+                            for r in runs["oracle"] if r["method"] == method))
+        groups.setdefault(read, []).append(method)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
 def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
                 n_permutations: int = N_PERMUTATIONS,
-                done: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+                done: Callable[[str], None] | None = None, jobs: int = 1
+                ) -> dict[str, dict[str, Any]]:
     """Per method: the attack on its unlearned shadow runs (keys prefixed ``attack_``) and on
     its oracle runs (prefixed ``control_``), each statistic's permutation p-value
     (``attack_auc_p``, ...), the attack against its control (``leak_auc`` = attack AUC −
@@ -208,8 +237,26 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
 
     :param runs: :func:`run_shadows`' records by role.
     :param done: called with each method's name once its row is computed (progress).
+    :param jobs: processes computing the rows: each takes the methods that read the same
+        oracle runs (:func:`sharing_oracles`; their control is attacked once) at a time. The
+        rows are the same for every ``jobs``.
     """
+    groups = sharing_oracles(runs, methods)
+    if jobs > 1 and len(groups) > 1:
+        found: dict[str, dict[str, Any]] = {}
+        with ProcessPoolExecutor(min(jobs, len(groups)), mp_context=get_context("spawn")) as pool:
+            pending = [pool.submit(attack_rows, {role: [r for r in records if r["method"] in group]
+                                                 for role, records in runs.items()},
+                                   group, n_permutations=n_permutations) for group in groups]
+            for future in as_completed(pending):
+                rows = future.result()
+                found.update(rows)
+                for method in rows:
+                    if done is not None:
+                        done(method)
+        return {method: found[method] for method in methods}
     out = {}
+    known: dict[bytes, dict[str, Any]] = {}     # the attacks done, by their inputs
     for method in methods:
         mine = {role: {r["config"]["shadow_seed"]: r for r in runs[role] if r["method"] == method}
                 for role in ("unlearned", "oracle")}
@@ -222,7 +269,8 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
         if len(pairs) >= 4:
             found = {time: {role: attack(records[role],
                                          attacked_heads(records["unlearned"][0], time),
-                                         n_permutations=n_permutations, time=time)
+                                         n_permutations=n_permutations, time=time,
+                                         known=known)
                             for role in records}
                      for time in _times(records)}
             for name in ("auc", "inout_auc", "max_example_auc"):

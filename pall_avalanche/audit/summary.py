@@ -68,7 +68,7 @@ def _detected(row: Mapping[str, Any]) -> bool:
 
 
 def replication_rows(replicated: Mapping[int, Mapping[str, Sequence[dict]]],
-                     methods: Sequence[str], *, n_permutations: int
+                     methods: Sequence[str], *, n_permutations: int, jobs: int = 1
                      ) -> dict[str, list[dict[str, Any]]]:
     """Per method, its per-example gap to its control in each replication of the shadow
     experiment (``replicated``: seed → :func:`~pall_avalanche.audit.shadows.run_shadows`'
@@ -79,7 +79,8 @@ def replication_rows(replicated: Mapping[int, Mapping[str, Sequence[dict]]],
     out: dict[str, list[dict[str, Any]]] = {}
     for seed, runs in sorted(replicated.items()):
         mine = [m for m in methods if any(r["method"] == m for r in runs["unlearned"])]
-        for method, row in attack_rows(runs, mine, n_permutations=n_permutations).items():
+        for method, row in attack_rows(runs, mine, n_permutations=n_permutations,
+                                       jobs=jobs).items():
             if "leak_auc" in row:
                 out.setdefault(method, []).append({
                     "seed": seed, "leak_auc": row["leak_auc"], "leak_auc_p": row["leak_auc_p"],
@@ -104,7 +105,7 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
               replicated: Mapping[int, Mapping[str, Sequence[dict]]] | None = None,
               replication_permutations: int = N_PERMUTATIONS,
               n_permutations: int = N_PERMUTATIONS,
-              done: Callable[[str], None] | None = None) -> AuditSummary:
+              done: Callable[[str], None] | None = None, jobs: int = 1) -> AuditSummary:
     """Rows, power and verdicts (module docstring).
 
     :param runs: :func:`~pall_avalanche.audit.run_audit`'s records by role.
@@ -119,14 +120,18 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
         them, or those methods are "no power").
     :param done: called as each method's tests end, twice per method (``"<method>:
         attack"``, then ``"<method>: Eq. 1"``): the permutation tests take minutes.
+    :param jobs: processes for the shadow runs' tests
+        (:func:`~pall_avalanche.audit.shadows.attack_rows`); the rows are the same for every
+        ``jobs``.
     """
     def finished(what: str) -> Callable[[str], None] | None:
         return None if done is None else (lambda method: done(f"{method}: {what}"))
 
     attacks = attack_rows(shadow_runs, methods, n_permutations=n_permutations,
-                          done=finished("attack"))
+                          done=finished("attack"), jobs=jobs)
     pairs = swap_rows(swapped, methods)
-    again = replication_rows(replicated or {}, methods, n_permutations=replication_permutations)
+    again = replication_rows(replicated or {}, methods, n_permutations=replication_permutations,
+                             jobs=jobs)
     rows = [{**row, **attacks[row["method"]], **pairs.get(row["method"], {})}
             for row in audit_rows(runs, methods, n_permutations=n_permutations,
                                   done=finished("Eq. 1"))]

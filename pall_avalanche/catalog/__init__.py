@@ -93,9 +93,10 @@ ABLATION_METHODS = ("er_retrain", "static_sparse", "dynamic_sparse")
 #: The audit's positive control: PALL whose unlearning changes nothing.
 AUDIT_CONTROL = "pall_no_unlearning"
 #: The audit's leaky PALL variants: the dose-response (a fraction of what t trained kept,
-#: largest first), then one channel each.
-AUDIT_LEAKS = ("pall_leak_redraw_100", "pall_leak_redraw_50", "pall_leak_redraw_25",
-               "pall_leak_redraw_10", "pall_leak_body", "pall_leak_head", "pall_leak_buffer")
+#: largest first; its f = 1 end is left to the positive control, which keeps all of it too),
+#: then one channel each.
+AUDIT_LEAKS = ("pall_leak_redraw_50", "pall_leak_redraw_25", "pall_leak_redraw_10",
+               "pall_leak_body", "pall_leak_head", "pall_leak_buffer")
 #: The audit's positive control of the per-task models (Independent keeping t's model).
 AUDIT_PER_TASK_CONTROL = "independent_no_unlearning"
 #: The leaky variants of the per-task models: Independent keeping part of t's model.

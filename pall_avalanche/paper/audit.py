@@ -1,6 +1,6 @@
 """Exactness audit: could an adversary tell that task t was learned and then unlearned?
 
-    python benchmarks/audit.py                          # the powered setting (about an hour)
+    python benchmarks/audit.py --jobs 2                 # the powered setting (73 min, 2 cores)
     python benchmarks/audit.py --quick                  # plain digits, a first look in minutes
     python benchmarks/audit.py --seeds 0 1 2 3 --shadows 32 --methods pall,independent
     python benchmarks/audit.py --requests seq.json      # another audited sequence
@@ -164,6 +164,7 @@ def main(argv=None) -> None:
     from pall_avalanche.audit.swapped import run_swapped, swap_specs
     from pall_avalanche.audit.twins import runs_needed
     from pall_avalanche.audit.verdict import ALPHA
+    from pall_avalanche.runs.pool import resolve_jobs
     from pall_avalanche.runs.progress import OverallProgress, StageProgress
 
     needed = math.ceil(FAMILY_SIZE / ALPHA)
@@ -197,7 +198,8 @@ def main(argv=None) -> None:
     tests_bar = StageProgress(2 * len(methods), "tests", not args.quiet, names=str)
     summary = summarise(runs, shadow_runs, methods, swapped=swapped, replicated=replicated,
                         replication_permutations=min(permutations, REPLICATION_PERMUTATIONS),
-                        n_permutations=permutations, done=tests_bar.update)
+                        n_permutations=permutations, done=tests_bar.update,
+                        jobs=resolve_jobs(args.jobs, len(methods), "cpu"))
     tests_bar.close()
     minutes = (time.perf_counter() - started) / 60
     frame = pd.DataFrame(summary.rows)

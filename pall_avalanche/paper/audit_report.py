@@ -76,10 +76,11 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
         f"against its control and Eq. 1 (all heads), Holm-corrected together (family-wise "
         f"{ALPHA:g}, {FAMILY_SIZE} tests), so its verdict is the same whichever other methods "
         "the command audits; the task-level attack, the per-example maximum, Eq. 1 on t's "
-        "head and KLoM are instruments, printed with their raw p-values and never a verdict; "
-        "the data-swap pair and provenance are white-box evidence beside them. 'leaks D^t' and "
-        "'distinguishable from never-learned' name the test that rejected; the second says the "
-        "model differs from one that never learned t, not that the difference is D^t.",
+        "head, unpaired Eq. 1 and KLoM are instruments, printed with their raw p-values and "
+        "never a verdict; the data-swap pair and provenance are white-box evidence beside "
+        "them. 'leaks D^t' and 'distinguishable from never-learned' name the test that "
+        "rejected; the second says the model differs from one that never learned t, not that "
+        "the difference is D^t.",
         f"Power: per kind of model, its positive control (unlearning that changes nothing) "
         f"detected by its own per-example attack at family-wise {ALPHA:g}; a method whose "
         f"control is not detected is 'no power' — {power}.",
@@ -115,13 +116,15 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
         "Eq. 1: a ridge classifier (standardised summary features of the model's outputs on "
         "t's training inputs, all heads / t's head only) tells unlearned from never-learned, "
         "cross-validated with each seed's pair in one fold; its null swaps the pair's labels "
-        "within seeds. KLoM: per example of t, the KL of Gaussians fitted to its margin in the "
-        "unlearned shadow runs and in the oracle shadow runs where it was IN (the pair of a "
-        "training seed shares its memberships); the median and the worst decile over t's "
-        "examples, null: swaps within pairs, and unpaired: all runs shuffled between the two "
-        "sides (the pairs also share their class split and initial weights, which the paired "
-        "null conditions on). Over all runs, and for the retained tasks' and the test "
-        "examples, in the CSV (klom_*).",
+        "within seeds. Unpaired: the unlearned models of every other seed against the oracles "
+        "of the others (half the models; no two share a class split or initial weights), its "
+        "null permutes the labels among all of them. KLoM: per example of t, the KL of "
+        "Gaussians fitted to its margin in the unlearned shadow runs and in the oracle shadow "
+        "runs where it was IN (the pair of a training seed shares its memberships); the median "
+        "and the worst decile over t's examples, null: swaps within pairs, and unpaired: all "
+        "runs shuffled between the two sides (the pairs also share their class split and "
+        "initial weights, which the paired null conditions on). Over all runs, and for the "
+        "retained tasks' and the test examples, in the CSV (klom_*).",
         "Retained-set exposure: per shadow run, the AUC of the remaining tasks' buffer members "
         "against their other training examples (confidence under their own head), after the "
         "unlearning request minus before (mean over runs, Student-t 95 %); n/a without a "
@@ -245,6 +248,7 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
             "leak_max_example_auc", None),
         "TPR % at 1 % FPR": tpr(0.01),
         "Eq. 1 AUC, t's head (instrument, raw p)": tested("auc_head", None),
+        "Eq. 1 AUC, unpaired (instrument, raw p)": tested("auc_unpaired", None),
         "KLoM on t (IN runs), median": [f"{r['klom_forget_in_q0.5']:.3f}"
                                         if known(r, "klom_forget_in_q0.5") else "n/a"
                                         for r in rows],

@@ -163,7 +163,7 @@ DECLARATIONS = (
                    leak_fraction=1.0),
     *(_LEAKY.variant(f"pall_leak_redraw_{percent}",
                      f"PALL keeping {percent} % of what t trained", leak="redraw",
-                     leak_fraction=percent / 100) for percent in (100, 50, 25, 10)),
+                     leak_fraction=percent / 100) for percent in (50, 25, 10)),
     *(_LEAKY.variant(f"pall_leak_{leak}", f"PALL keeping {what}", leak=leak, leak_fraction=1.0)
       for leak, what in (("body", "m̄_t (t's head re-drawn)"), ("head", "t's head"),
                          ("buffer", "B^t in retraining"))),

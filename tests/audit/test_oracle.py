@@ -24,7 +24,7 @@ from pall_avalanche.audit import (
     run_audit,
 )
 from pall_avalanche.audit.oracle import not_learned, oracle_rows
-from pall_avalanche.audit.permutation import ridge_scores, seed_folds
+from pall_avalanche.audit.permutation import eq1_test, ridge_scores, seed_folds
 from pall_avalanche.config import for_benchmark, resolve_method_config
 from pall_avalanche.evaluation.metrics import t_interval
 from pall_avalanche.files import read_record
@@ -256,6 +256,28 @@ def test_tiny_audit_measurements(tiny_audit):
     assert rows["independent"]["provenance"] == "n/a"
     assert rows["pall"]["provenance"] == "pass"
     assert rows["pall"]["provenance_strict"] == "FAIL (2/2)"
+
+
+def test_unpaired_eq1_reads_no_two_models_of_one_seed(tiny_audit):
+    """Unpaired Eq. 1 takes the unlearned models of seeds 0 and 2 and the oracles of seeds 1
+    and 3 (every other seed, in order): its AUC is the test on those four models' features,
+    computed here. The tiny audit's two seeds, copied as seeds 2 and 3, make four; with
+    two seeds there is no unpaired row."""
+    _, _, runs, rows = tiny_audit
+    assert "auc_unpaired" not in rows["sequential"]
+    copies = {role: [*records, *({**r, "seed": r["seed"] + 2} for r in records)]
+              for role, records in runs.items()}
+    row, = audit_rows(copies, ["sequential"], n_permutations=60)
+    by_seed = {role: {r["seed"]: r for r in copies[role] if r["method"] == "sequential"}
+               for role in ("unlearned", "oracle")}
+    models = [by_seed["unlearned"][0], by_seed["oracle"][1], by_seed["unlearned"][2],
+              by_seed["oracle"][3]]
+    cpt = models[0]["split"]["classes_per_task"]
+    features = np.array([model_features(m["probe"]["outputs"]["1"], 1, cpt) for m in models])
+    expected = eq1_test(features, np.array([1, 0, 1, 0]), np.array([0, 1, 2, 3]),
+                        n_permutations=60, paired=False)
+    assert row["auc_unpaired"] == expected["auc"] and row["auc_unpaired_p"] == expected["p"]
+    assert row["auc_unpaired_time"] == "end"
 
 
 @pytest.mark.slow

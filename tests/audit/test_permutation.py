@@ -117,6 +117,8 @@ def test_each_test_finds_a_real_difference():
     shifted = rng.normal(size=(32, 5)) + labels[:, None]
     found = eq1_test(shifted, labels, groups, n_permutations=200)
     assert found["auc"] > 0.8 and found["p"] == pytest.approx(1 / 201)
+    found = eq1_test(shifted, labels, np.arange(32), n_permutations=200, paired=False)
+    assert found["auc"] > 0.8 and found["p"] == pytest.approx(1 / 201)
     member = rng.random((16, 20)) < 0.5
     features = rng.normal(size=(16, 20, 2)) + member[:, :, None]
     found = membership_test(features, member, n_permutations=200)
@@ -134,6 +136,38 @@ def test_eq1_permutation_test_is_calibrated():
     groups, labels = np.repeat(np.arange(16), 2), np.tile([1, 0], 16)
     rejected = [eq1_test(rng.normal(size=(32, 17)), labels, groups, n_permutations=200,
                          seed=i)["p"] < NOMINAL for i in range(400)]
+    assert np.mean(rejected) <= ACCEPTED
+
+
+def test_unpaired_eq1_null_is_every_relabelling_of_the_models():
+    """Unpaired, six models (three of each label): every null AUC is the statistic of one of
+    the C(6, 3) = 20 relabellings (computed here, each with the same folds), and the null's
+    mean is theirs; a model whose samples carry two labels is refused."""
+    from itertools import combinations
+    rng = np.random.default_rng(11)
+    features = rng.normal(size=(6, 4))
+    labels, groups = np.array([1, 1, 1, 0, 0, 0]), np.arange(6)
+    found = eq1_test(features, labels, groups, n_folds=3, n_permutations=4000, paired=False)
+    folds = seed_folds(groups, 3)
+    every = []
+    for ones in combinations(range(6), 3):
+        relabelled = np.isin(np.arange(6), ones).astype(int)
+        every.append(float(row_aucs(ridge_scores(features, relabelled, folds)[0],
+                                    relabelled)))
+    assert all(np.isclose(every, value).any() for value in found["null"])
+    assert found["null_mean"] == pytest.approx(np.mean(every), abs=0.02)
+    assert found["auc"] == pytest.approx(every[0])          # models 0, 1, 2 labelled 1
+    with pytest.raises(ValueError, match="unpaired, every group is one model"):
+        eq1_test(features, labels, np.repeat(np.arange(3), 2), paired=False)
+
+
+def test_unpaired_eq1_is_calibrated():
+    """32 models with label-independent features: the unpaired test rejects at 5 % in at most
+    7 % of 300 replicates."""
+    rng = np.random.default_rng(12)
+    labels, groups = np.tile([1, 0], 16), np.arange(32)
+    rejected = [eq1_test(rng.normal(size=(32, 17)), labels, groups, n_permutations=100,
+                         seed=i, paired=False)["p"] < NOMINAL for i in range(300)]
     assert np.mean(rejected) <= ACCEPTED
 
 

@@ -25,7 +25,7 @@ from pall_avalanche.audit.verdict import (
     verdict,
 )
 
-TESTS = ("leak_auc", "leak_inout_auc", "leak_max_example_auc", "auc", "auc_head",
+TESTS = ("leak_auc", "leak_inout_auc", "leak_max_example_auc", "auc", "auc_head", "auc_unpaired",
          "klom_forget_in_q0.9",
          "klom_forget_in_unpaired_q0.9", "control_auc", "control_inout_auc")
 
@@ -49,7 +49,9 @@ def judge(r: dict, *, exact=True, powered=True) -> str:
     (row(auc=0.001), False, f"{DISTINGUISHABLE} (Eq. 1)"),
     (row(auc=0.001), True, f"{DISTINGUISHABLE} (Eq. 1); exact: NOT supported (Eq. 1)"),
     # an instrument never makes a verdict: KLoM, the task-level attack, Eq. 1 on t's head
-    (row(**{"klom_forget_in_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4}), True,
+    # and unpaired
+    (row(**{"klom_forget_in_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4,
+            "auc_unpaired": 1e-4}), True,
      f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
     (row(leak_auc=0.001, auc=0.001), True,
      f"{LEAKS} (per-example attack); exact: NOT supported (per-example attack / Eq. 1)"),
