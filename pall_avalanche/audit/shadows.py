@@ -62,7 +62,7 @@ from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
 __all__ = ["END", "SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows",
-           "probe_times", "run_shadows", "shadow_specs"]
+           "probe_times", "run_shadows", "shadow_specs", "sharing_oracles"]
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
