@@ -46,7 +46,8 @@ TEST_NAMES = {"leak_auc": "per-example attack", "leak_inout_auc": "task-level at
               "auc": "Eq. 1", "auc_head": "Eq. 1 on t's head",
               "auc_unpaired": "Eq. 1 (unpaired)",
               "klom_forget_in_q0.9": "KLoM (IN runs)",
-              "klom_forget_in_unpaired_q0.9": "KLoM (IN runs, unpaired)"}
+              "klom_forget_in_unpaired_q0.9": "KLoM (IN runs, unpaired)",
+              "canary_auc": "canary test"}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ it is analysed later.
 - :class:`ShadowProbe` (the shadow runs): the final model's logits on all of D^t and which
   half trained, every example's margin, and :class:`RetainedExposure`'s margins of the
   remaining tasks' training examples around the unlearning request with their buffer members;
+- :class:`CanaryProbe` (the canary runs): the final model's logits on every canary (those its
+  training included and the others), and which were included;
 - :class:`StateProbe` (the data-swap pairs): the strategy's whole state right after the
   audited unlearning request, entry by entry.
 """
@@ -28,8 +30,8 @@ from pall_avalanche.audit.relearn import relearning_curves
 from pall_avalanche.data.tasks import unshuffled_batches
 from pall_avalanche.strategies.base import UnlearningPlugin, UnlearningTemplate
 
-__all__ = ["AuditProbe", "RetainedExposure", "ShadowProbe", "StateProbe", "decode_state",
-           "head_logits", "margins", "model_logits"]
+__all__ = ["AuditProbe", "CanaryProbe", "RetainedExposure", "ShadowProbe", "StateProbe",
+           "decode_state", "head_logits", "margins", "model_logits"]
 
 
 @torch.no_grad()
@@ -222,6 +224,35 @@ class ShadowProbe:
                     "test": margin_lists([(t, exp.dataset) for t, exp
                                           in enumerate(benchmark.test_stream)])},
                 "retained": self.exposure.results}
+
+
+class CanaryProbe:
+    """Rides along a canary run (:func:`~pall_avalanche.data.tasks.with_canaries`):
+    :meth:`finish` returns the final model's logits (every head) on every canary, which were
+    included (``members``) and the same logits at the end of the requests ``at`` names
+    (``targets_at``, as :class:`ShadowProbe`'s).
+
+    :param task: the task the canaries joined.
+    :param at: request index → the labels of the times it stands for.
+    """
+
+    def __init__(self, task: int, at: dict[int, list[str]] | None = None) -> None:
+        self.task = task
+        self.timed = _TargetLogits(dict(at or {}))
+        self.plugins: list = [self.timed]
+
+    def start(self, benchmark) -> None:
+        """Hold the canaries for the timed probes."""
+        self.timed.targets, self.timed.n_tasks = (benchmark.audit_canaries,
+                                                  benchmark.split.n_tasks)
+
+    def finish(self, strategy, benchmark) -> dict[str, Any]:
+        """What a canary run records at its end."""
+        return {"task": self.task,
+                "targets": model_logits(strategy, benchmark.audit_canaries,
+                                        benchmark.split.n_tasks),
+                "targets_at": self.timed.results,
+                "members": list(benchmark.split.canaries["members"])}
 
 
 def _leaves(state: Any, prefix: str = "") -> dict[str, Any]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pall_avalanche.audit.canaries import canary_rows
 from pall_avalanche.audit.oracle import audit_rows
 from pall_avalanche.audit.permutation import N_PERMUTATIONS
 from pall_avalanche.audit.plans import plan_for
@@ -102,6 +103,7 @@ def _spread(replications: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequence[dict]],
               methods: Sequence[str], *, swapped: Sequence[dict] = (),
+              canaries: Sequence[dict] = (),
               replicated: Mapping[int, Mapping[str, Sequence[dict]]] | None = None,
               replication_permutations: int = N_PERMUTATIONS,
               n_permutations: int = N_PERMUTATIONS,
@@ -112,6 +114,8 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
     :param shadow_runs: :func:`~pall_avalanche.audit.shadows.run_shadows`' records by role.
     :param swapped: :func:`~pall_avalanche.audit.swapped.run_swapped`'s records (the
         data-swap pairs, white-box; never part of a verdict).
+    :param canaries: :func:`~pall_avalanche.audit.canaries.run_canaries`' records (the canary
+        test, an instrument: :func:`~pall_avalanche.audit.canaries.canary_rows`).
     :param replicated: the leaky variants' and controls' shadow runs at further seeds
         (:func:`replication_rows`, with ``replication_permutations`` per test): the spread of
         their gaps over the replications, the audit's own seed included (:func:`_spread`'s
@@ -130,9 +134,11 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
     attacks = attack_rows(shadow_runs, methods, n_permutations=n_permutations,
                           done=finished("attack"), jobs=jobs)
     pairs = swap_rows(swapped, methods)
+    tested = canary_rows(canaries, methods, n_permutations=n_permutations)
     again = replication_rows(replicated or {}, methods, n_permutations=replication_permutations,
                              jobs=jobs)
-    rows = [{**row, **attacks[row["method"]], **pairs.get(row["method"], {})}
+    rows = [{**row, **attacks[row["method"]], **pairs.get(row["method"], {}),
+             **tested[row["method"]]}
             for row in audit_rows(runs, methods, n_permutations=n_permutations,
                                   done=finished("Eq. 1"))]
     adjusted = family_p_values(rows)

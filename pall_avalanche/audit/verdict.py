@@ -27,8 +27,9 @@ Then, from the two primary tests at family-wise :data:`ALPHA`:
 A method registered ``exact=True`` adds an equivalence claim in attack units: "exact within
 ε" only when the leak statistic's simultaneous upper bound (one-sided, level 1 − α/2: both
 primary tests' bounds hold together at 1 − α) is below the margin ε
-(:data:`EQUIVALENCE_MARGIN`); "exact within ε not shown" when it is not; "exact: NOT
-supported (test)" when a primary test rejects.
+(:data:`EQUIVALENCE_MARGIN`) and no instrument rejects at raw level :data:`ALPHA`; "exact
+within ε not shown" when the bound is not below ε or an instrument rejects (named); "exact:
+NOT supported (test)" when a primary test rejects.
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ def verdict(row: Mapping[str, Any], adjusted: Mapping[tuple[str, str], float], *
         return line
     if found:
         return f"{line}; exact: NOT supported ({' / '.join(TEST_NAMES[t] for t in found)})"
+    against = [f"{TEST_NAMES[t]} rejects, raw p {adjusted[(method, t)]:.3g}"
+               for t in instruments(method) if adjusted.get((method, t), 1.0) < ALPHA]
+    if against:
+        return f"{line}; exact within ε = {margin:g} not shown ({'; '.join(against)})"
     bound = row.get(f"{plan.leak_test}_bound", float("nan"))
     if bound == bound and bound < margin:
         return f"{line}; exact within ε = {margin:g} (gap ≤ {bound:+.3f})"

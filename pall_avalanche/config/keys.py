@@ -140,6 +140,10 @@ CONFIG_KEYS: dict[str, KeySpec] = {
                          "trained on a random half of its data", nullable=True),
     "shadow_seed": _spec(int, _at_least(0), "the exactness audit's shadow runs: picks that "
                          "half", nullable=True),
+    "canary_task": _spec(int, _at_least(0), "the exactness audit's canary runs: the task "
+                         "whose training set the canaries join", nullable=True),
+    "canaries": _spec(int, _at_least(2), "the exactness audit's canary runs: how many "
+                      "canaries, each included with probability 1/2", nullable=True),
     "methods": _spec(dict, None, "per-method overrides: methods.<method>.<key>"),
 }
 

@@ -217,10 +217,12 @@ def check_run_config(config: Mapping[str, Any], method: str,
     if clashing:
         raise ValueError(f"method {method!r} declares {', '.join(clashing)}, which name run "
                          "keys (pall_avalanche.config.CONFIG_KEYS); rename them")
-    shadow = [resolved.get(key) is None for key in ("shadow_task", "shadow_seed")]
-    if shadow[0] != shadow[1]:
-        raise ValueError("shadow_task and shadow_seed go together: set both (a shadow run of "
-                         "the exactness audit) or neither")
+    for pair, run in ((("shadow_task", "shadow_seed"), "a shadow run"),
+                      (("canary_task", "canaries"), "a canary run")):
+        unset = [resolved.get(key) is None for key in pair]
+        if unset[0] != unset[1]:
+            raise ValueError(f"{pair[0]} and {pair[1]} go together: set both ({run} of the "
+                             "exactness audit) or neither")
     n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="
@@ -235,9 +237,10 @@ def check_run_config(config: Mapping[str, Any], method: str,
         raise ValueError(f"n_tasks={n_tasks} is invalid for benchmark "
                          f"{resolved['benchmark']!r}: its {classes} classes split evenly into "
                          f"{spec.valid_n_tasks()} tasks")
-    if resolved.get("shadow_task") is not None and resolved["shadow_task"] >= n_tasks:
-        raise ValueError(f"shadow_task={resolved['shadow_task']} is invalid: the tasks are "
-                         f"0..{n_tasks - 1}")
+    for key in ("shadow_task", "canary_task"):
+        if resolved.get(key) is not None and resolved[key] >= n_tasks:
+            raise ValueError(f"{key}={resolved[key]} is invalid: the tasks are "
+                             f"0..{n_tasks - 1}")
     per_class = classes // n_tasks
     buffer = resolved.get("buffer_size")
     takes_buffer = method in METHOD_INFO and "buffer_size" in METHOD_INFO[method].keys

@@ -27,6 +27,7 @@ from pall_avalanche.data.tasks import (
     class_order_for_seed,
     half_of_task,
     task_incremental_benchmark_from_tensors,
+    with_canaries,
 )
 from pall_avalanche.data.tinyimagenet import load_tinyimagenet
 
@@ -60,6 +61,7 @@ def build_benchmark(
     train_per_task: int | None = None,
     download: bool = True,
     shadow: tuple[int, int] | None = None,
+    canaries: tuple[int, int] | None = None,
 ) -> CLScenario:
     """Build a registered benchmark and check it (:func:`check_benchmark`).
 
@@ -74,6 +76,10 @@ def build_benchmark(
     :param shadow: ``(task, seed)``: train that task on the class-balanced random half of its
         training set the seed picks (:func:`~pall_avalanche.data.tasks.half_of_task`: the
         exactness audit's shadow runs); ``None``: every task whole.
+    :param canaries: ``(task, count)``: add that many canaries to that task's training set,
+        each with probability 1/2, drawn with ``seed``
+        (:func:`~pall_avalanche.data.tasks.with_canaries`: the exactness audit's canary runs);
+        ``None``: none.
     """
     if name not in BENCHMARK_INFO:
         raise ValueError(f"unknown benchmark {name!r}; valid benchmarks are "
@@ -90,7 +96,9 @@ def build_benchmark(
                                    train_per_task=train_per_task, download=download)
     benchmark.split = check_benchmark(benchmark, name=name, n_tasks=n_tasks,
                                       train_per_task=train_per_task)
-    return benchmark if shadow is None else half_of_task(benchmark, *shadow)
+    if shadow is not None:
+        benchmark = half_of_task(benchmark, *shadow)
+    return benchmark if canaries is None else with_canaries(benchmark, *canaries, seed)
 
 
 def check_benchmark(benchmark: Any, *, name: str, n_tasks: int | None = None,

@@ -24,8 +24,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from pall_avalanche.data.device import IDENTITY, BatchPipeline, DeviceImages, device_images_of
 
-__all__ = ["TaskSplit", "class_order_for_seed", "evaluation_loader", "half_members", "half_of_task",
-           "task_incremental_benchmark_from_tensors", "unshuffled_batches"]
+__all__ = ["TaskSplit", "canary_members", "class_order_for_seed", "evaluation_loader",
+           "half_members", "half_of_task",
+           "task_incremental_benchmark_from_tensors", "unshuffled_batches", "with_canaries"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,15 @@ class TaskSplit:
     #: A shadow run's halved task (:func:`half_of_task`): ``{"task", "seed", "members"}``,
     #: ``members`` the kept positions in the task's whole training set; ``None``: no halving.
     shadow: dict | None = None
+    #: A canary run's task (:func:`with_canaries`): ``{"task", "count", "members"}``,
+    #: ``members`` the positions of the canaries its training set includes; ``None``: none.
+    canaries: dict | None = None
 
     def to_dict(self) -> dict:
         """The split as plain data, as a record's ``split`` stores it."""
         shadow = {} if self.shadow is None else {"shadow": dict(self.shadow)}
+        if self.canaries is not None:
+            shadow["canaries"] = dict(self.canaries)
         return {
             "name": self.name,
             "n_tasks": self.n_tasks,
@@ -264,3 +270,62 @@ def half_of_task(benchmark: CLScenario, task: int, seed: int) -> CLScenario:
         "task": task, "seed": seed, "members": members.tolist()})
     halved.audit_targets = whole
     return halved
+
+
+def canary_members(count: int, seed: int) -> np.ndarray:
+    """The sorted positions of the canaries a run includes: each of ``count`` independently
+    with probability 1/2, drawn with ``seed``."""
+    return np.flatnonzero(np.random.default_rng([seed, 3]).random(count) < 0.5)
+
+
+def with_canaries(benchmark: CLScenario, task: int, count: int, seed: int) -> CLScenario:
+    """``benchmark`` with canaries in task ``task``'s training set: ``count`` inputs, each a
+    training input of the task (drawn at random) with its entries in a random order, with a
+    label drawn uniformly among the task's classes; each is added to the task's training set
+    with probability 1/2 (:func:`canary_members`). The exactness audit's canary runs: which
+    canaries trained is random, so after an exact unlearning the model cannot tell the
+    included ones from the others (one-run auditing, Steinke, Nasr & Jagielski 2023).
+
+    The result keeps all canaries as ``audit_canaries`` (a dataset of the task, the included
+    and the others) and records the included positions in ``split.canaries``. The other
+    tasks and every test set are unchanged.
+
+    :param benchmark: a task-incremental benchmark whose tasks carry their input tensors
+        (``device_images``: every built-in benchmark).
+    :param task: the task the canaries join.
+    :param count: how many canaries (at least 2).
+    :param seed: draws the canaries and which of them are included.
+    """
+    train = [exp.dataset for exp in benchmark.train_stream]
+    if not 0 <= task < len(train):
+        raise ValueError(f"canary_task={task} is not a task of the benchmark "
+                         f"(0..{len(train) - 1})")
+    if count < 2:
+        raise ValueError(f"canaries={count} is invalid: at least 2 (included and left out)")
+    whole = train[task]
+    source = device_images_of(whole)
+    if source is None:
+        raise ValueError(f"canaries need a benchmark whose tasks carry their input tensors "
+                         f"(device_images); {benchmark.split.name} applies per-sample "
+                         "transforms")
+    rng = np.random.default_rng([seed, 4])
+    picked = torch.as_tensor(rng.integers(len(source), size=count))
+    flat = source.images[picked].reshape(count, -1)
+    order = torch.as_tensor(np.argsort(rng.random(flat.shape), axis=1))
+    x = torch.gather(flat, 1, order).reshape(count, *source.images.shape[1:])
+    y = torch.as_tensor(rng.integers(benchmark.split.classes_per_task, size=count))
+    # Avalanche 0.6 keeps a dataset's transform groups only on its flat data (no public
+    # getter): the canaries are evaluated as the task's own inputs are
+    canaries = _task_dataset(x, y, task, whole._flat_data._transform_groups, source.pipeline)
+    members = canary_members(count, seed)
+    train[task] = whole.concat(canaries.subset(members.tolist()))
+    train[task].device_images = DeviceImages(torch.cat([source.images, x[members]]),
+                                             torch.cat([source.targets, y[members]]), task,
+                                             source.pipeline)
+    out = _task_benchmark(train, [exp.dataset for exp in benchmark.test_stream])
+    sizes = list(benchmark.split.train_sizes)
+    sizes[task] = len(train[task])
+    out.split = replace(benchmark.split, train_sizes=tuple(sizes), canaries={
+        "task": task, "count": count, "members": members.tolist()})
+    out.audit_canaries = canaries
+    return out

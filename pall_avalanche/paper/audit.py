@@ -14,7 +14,11 @@ identity includes the code that wrote it):
 - the shadow runs (:mod:`pall_avalanche.audit.shadows`): ``--shadows`` runs that learn t on
   random halves of D^t and unlearn it, attacked example by example against the same attack on
   never-learned oracles, KLoM per example and the retained-set exposure
-  (:mod:`pall_avalanche.audit.exposure`).
+  (:mod:`pall_avalanche.audit.exposure`);
+- the canary runs (:mod:`pall_avalanche.audit.canaries`): per method and seed of the first
+  ``--canary-seeds``, R with ``--canaries`` random-label inputs each added to t's training set
+  with probability 1/2; the included against the others after t's unlearning (TPR at 0.1 %
+  FPR on about a thousand negatives).
 
 Every method is judged by its own plan (:mod:`pall_avalanche.audit.plans`): two primary tests
 and the positive control of its kind of model (its unlearning changes nothing), which runs
@@ -73,13 +77,16 @@ POWERED = (("train_per_task", 20), ("epochs", 50), ("batch_size", 8), ("buffer_s
 #: permutations per test (a method's family of two reaches adjusted p 0.0002: a detection
 #: near the bar does not hang on the null's draws, docs/fidelity.md "Resolution").
 DEFAULT_SEEDS, DEFAULT_SHADOWS, DEFAULT_PERMUTATIONS = 32, 64, 10_000
+#: The canary runs: canaries per run and runs (seeds) per method; about half of the canaries
+#: are left out, so the default's 2,000 give about 1,000 negatives (TPR at 0.1 % FPR).
+DEFAULT_CANARIES, DEFAULT_CANARY_SEEDS = 500, 4
 #: The shadow experiment of the positive controls and leaky variants, replicated at the next
 #: seeds (another class split, initialisation and so model each), and the permutations per
 #: test of a replication: the spread of the detected leaks (never part of a verdict).
 DEFAULT_REPLICATIONS, REPLICATION_PERMUTATIONS = 3, 2_000
 #: ``--quick``: plain digits (its configuration as it is but for :data:`QUICK_SETTING`), few
 #: seeds and shadow runs: a first look in a few minutes.
-QUICK = {"seeds": 6, "shadows": 8}
+QUICK = {"seeds": 6, "shadows": 8, "canary_seeds": 2}
 QUICK_SETTING = (("epochs", 5),)
 
 
@@ -121,6 +128,13 @@ def main(argv=None) -> None:
                              "--seeds / --shadows say otherwise, the positive controls without "
                              "the leaky variants (report "
                              "audit_<benchmark>_quick, records under results/audit_quick)")
+    parser.add_argument("--canaries", type=int, default=DEFAULT_CANARIES,
+                        help=f"canaries per canary run (default {DEFAULT_CANARIES}; 0: no "
+                             "canary runs; else at least 2)")
+    parser.add_argument("--canary-seeds", type=int, default=None,
+                        help=f"canary runs per method, at the first seeds (default "
+                             f"{DEFAULT_CANARY_SEEDS}; --quick {QUICK['canary_seeds']}; at "
+                             "least 2)")
     parser.add_argument("--replications", type=int, default=None,
                         help=f"shadow experiments of the positive controls and leaky variants, "
                              f"the first seed's included, each at the next seed (default "
@@ -146,6 +160,14 @@ def main(argv=None) -> None:
     if not 1 <= replications <= len(seeds):
         raise ValueError(f"--replications {replications}: must lie in 1..{len(seeds)} (one "
                          "seed per replication, among --seeds)")
+    if args.canaries == 1 or args.canaries < 0:
+        raise ValueError(f"--canaries {args.canaries}: use 0 (no canary runs) or at least 2")
+    n_canary = args.canary_seeds or min(len(seeds), QUICK["canary_seeds"] if args.quick
+                                        else DEFAULT_CANARY_SEEDS)
+    if args.canaries and not 2 <= n_canary <= len(seeds):
+        raise ValueError(f"--canary-seeds {n_canary}: must lie in 2..{len(seeds)} (one canary "
+                         "run per seed, among --seeds), or no canary runs: --canaries 0")
+    canary_seeds = seeds[:n_canary]
     replicated_methods = [m for m in methods if m in instrument_names()]
     permutations = (args.permutations if args.permutations is not None
                     else N_PERMUTATIONS if args.quick else DEFAULT_PERMUTATIONS)
@@ -159,6 +181,7 @@ def main(argv=None) -> None:
                       UserWarning, stacklevel=2)
     # torch and Avalanche only once the input is known to be good
     from pall_avalanche.audit import audit_specs, oracle_sequence, run_audit
+    from pall_avalanche.audit.canaries import canary_specs, run_canaries
     from pall_avalanche.audit.shadows import run_shadows, shadow_specs
     from pall_avalanche.audit.summary import FAMILY_SIZE, summarise
     from pall_avalanche.audit.swapped import run_swapped, swap_specs
@@ -184,7 +207,9 @@ def main(argv=None) -> None:
              + sum(runs_needed(shadow_specs(replicated_methods, shadows, config,
                                             requests=requests, seed=seed))
                    for seed in seeds[1:replications] if replicated_methods)
-             + len(swap_specs(methods, config, requests=requests, seed=seeds[0])))
+             + len(swap_specs(methods, config, requests=requests, seed=seeds[0]))
+             + (len(canary_specs(methods, canary_seeds, args.canaries, config,
+                                 requests=requests)) if args.canaries else 0))
     options = {**run_options(args), "overall": OverallProgress(total)}
     runs = run_audit(methods, seeds, config, args.out, requests=requests, **options)
     shadow_runs = run_shadows(methods, shadows, config, args.out, requests=requests,
@@ -194,9 +219,12 @@ def main(argv=None) -> None:
                   for seed in seeds[1:replications] if replicated_methods}
     swapped = run_swapped(methods, config, args.out, requests=requests, seed=seeds[0],
                           **options)
+    canaries = (run_canaries(methods, canary_seeds, args.canaries, config, args.out,
+                             requests=requests, **options) if args.canaries else [])
     # the permutation tests take minutes: a line per method and test as they end
     tests_bar = StageProgress(2 * len(methods), "tests", not args.quiet, names=str)
-    summary = summarise(runs, shadow_runs, methods, swapped=swapped, replicated=replicated,
+    summary = summarise(runs, shadow_runs, methods, swapped=swapped, canaries=canaries,
+                        replicated=replicated,
                         replication_permutations=min(permutations, REPLICATION_PERMUTATIONS),
                         n_permutations=permutations, done=tests_bar.update,
                         jobs=resolve_jobs(args.jobs, len(methods), "cpu"))
@@ -205,15 +233,18 @@ def main(argv=None) -> None:
     frame = pd.DataFrame(summary.rows)
     sequences = (f"Audited sequence R: {' '.join(map(str, requests))}; oracle R′: "
                  f"{' '.join(map(str, oracle))}")
-    n_records = sum(len(v) for v in (*runs.values(), *shadow_runs.values(), swapped,
+    n_records = sum(len(v) for v in (*runs.values(), *shadow_runs.values(), swapped, canaries,
                                      *(r for again in replicated.values()
                                        for r in again.values())))
     again = (f"; the positive controls' and leaky variants' shadow runs again at seed(s) "
              f"{', '.join(map(str, replicated))}" if replicated else "")
+    canary_note = (f"{len(canary_seeds)} canary runs per method (seeds "
+                   f"{', '.join(map(str, canary_seeds))}), {args.canaries} canaries each"
+                   if args.canaries else "no canary runs (--canaries 0)")
     effort = (f"Evidence: Eq. 1 on {len(seeds)} seeds; {shadows} shadow runs per method and "
               f"role (each target example IN in about {shadows // 2}){again}; a data-swap "
-              f"pair per method; {n_records} records (a variant's oracle runs are its "
-              f"method's), {minutes:.1f} min here with "
+              f"pair per method; {canary_note}; {n_records} records (a variant's oracle "
+              f"runs are its method's), {minutes:.1f} min here with "
               f"--jobs {args.jobs} (reused records cost nothing); "
               + _left_out(runs, shadow_runs, methods, len(seeds), shadows))
     stem = args.report_dir / (f"audit_{config['benchmark']}" + ("_quick" if args.quick else ""))

@@ -198,6 +198,12 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
         return [f"{100 * r[key]:.1f}" if known(r, key, "attack_negatives")
                 and r["attack_negatives"] >= 10 / fpr else "n/a" for r in rows]
 
+    def canary_tpr(fpr: float) -> list[str]:
+        key = f"canary_tpr@{fpr:g}"
+        return [f"{100 * r[key]:.1f} (p {r[f'{key}_p']:.3g}; {int(r['canary_negatives']):,} "
+                "negatives)" if known(r, key, f"{key}_p", "canary_negatives") else "n/a"
+                for r in rows]
+
     def relapse(prefix: str) -> list[str]:
         return [f"{c} ({r[prefix + '_max']:.2f})" if c != "n/a" and known(r, prefix + "_max")
                 else c for c, r in zip(interval(prefix, 2), rows, strict=True)]
@@ -247,6 +253,8 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
         "Gap to control, per-example maximum (instrument, raw p)": tested(
             "leak_max_example_auc", None),
         "TPR % at 1 % FPR": tpr(0.01),
+        "Canary AUC (instrument, raw p)": tested("canary_auc", None),
+        "Canary TPR % at 0.1 % FPR (raw p)": canary_tpr(0.001),
         "Eq. 1 AUC, t's head (instrument, raw p)": tested("auc_head", None),
         "Eq. 1 AUC, unpaired (instrument, raw p)": tested("auc_unpaired", None),
         "KLoM on t (IN runs), median": [f"{r['klom_forget_in_q0.5']:.3f}"

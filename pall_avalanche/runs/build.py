@@ -99,11 +99,12 @@ def build_run(method: str, config: Mapping[str, Any], *, seed: int, benchmark: A
     configure_numerics(config)
     seed_everything(seed)
     if benchmark is None:
-        shadow = config.get("shadow_task")
+        shadow, canary = config.get("shadow_task"), config.get("canary_task")
         benchmark = build_benchmark(
             config["benchmark"], seed=seed, n_tasks=config["n_tasks"],
             data_root=config.get("data_root"), train_per_task=config.get("train_per_task"),
-            shadow=None if shadow is None else (shadow, config["shadow_seed"]))
+            shadow=None if shadow is None else (shadow, config["shadow_seed"]),
+            canaries=None if canary is None else (canary, config["canaries"]))
     split = benchmark.split
     model = build_model(config["model"], input_shape=split.input_shape, n_tasks=split.n_tasks,
                         classes_per_task=split.classes_per_task,

@@ -311,7 +311,10 @@ def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tm
                                                     r"of 2 tests at family-wise 0\.05 .*at least "
                                                     r"40"),
                          (["--replications", "3"], r"--replications 3: must lie in 1\.\.2"),
-                         (["--replications", "0"], r"--replications 0: must lie in 1\.\.2")):
+                         (["--replications", "0"], r"--replications 0: must lie in 1\.\.2"),
+                         (["--canaries", "1"], r"--canaries 1: use 0 \(no canary runs\) or at "
+                                               r"least 2"),
+                         (["--canary-seeds", "3"], r"--canary-seeds 3: must lie in 2\.\.2")):
         with pytest.raises(ValueError, match=message):
             script.main([*argv, *bad])
     assert not list(tmp_path.rglob("*.json"))          # nothing ran

@@ -27,7 +27,7 @@ from pall_avalanche.audit.verdict import (
 
 TESTS = ("leak_auc", "leak_inout_auc", "leak_max_example_auc", "auc", "auc_head", "auc_unpaired",
          "klom_forget_in_q0.9",
-         "klom_forget_in_unpaired_q0.9", "control_auc", "control_inout_auc")
+         "klom_forget_in_unpaired_q0.9", "canary_auc", "control_auc", "control_inout_auc")
 
 
 def row(method="m", not_learned=0, shadow_not_learned=0, bound=0.03, **p) -> dict:
@@ -48,11 +48,16 @@ def judge(r: dict, *, exact=True, powered=True) -> str:
     (row(bound=0.08), True, f"{NO_LEAK}; exact within ε = 0.05 not shown (gap ≤ +0.080)"),
     (row(auc=0.001), False, f"{DISTINGUISHABLE} (Eq. 1)"),
     (row(auc=0.001), True, f"{DISTINGUISHABLE} (Eq. 1); exact: NOT supported (Eq. 1)"),
-    # an instrument never makes a verdict: KLoM, the task-level attack, Eq. 1 on t's head
-    # and unpaired
+    # an instrument never makes a verdict (KLoM, the task-level attack, Eq. 1 on t's head
+    # and unpaired, the canary test), but one rejecting at raw 0.05 stops the exact claim
     (row(**{"klom_forget_in_q0.9": 1e-4, "leak_inout_auc": 1e-4, "auc_head": 1e-4,
-            "auc_unpaired": 1e-4}), True,
-     f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
+            "auc_unpaired": 1e-4, "canary_auc": 1e-4}), False, NO_LEAK),
+    (row(**{"klom_forget_in_q0.9": 1e-4, "auc_head": 0.049}), True,
+     f"{NO_LEAK}; exact within ε = 0.05 not shown (Eq. 1 on t's head rejects, raw p 0.049; "
+     "KLoM (IN runs) rejects, raw p 0.0001)"),
+    (row(canary_auc=0.01), True,
+     f"{NO_LEAK}; exact within ε = 0.05 not shown (canary test rejects, raw p 0.01)"),
+    (row(canary_auc=0.05), True, f"{NO_LEAK}; exact within ε = 0.05 (gap ≤ +0.030)"),
     (row(leak_auc=0.001, auc=0.001), True,
      f"{LEAKS} (per-example attack); exact: NOT supported (per-example attack / Eq. 1)"),
     # Holm over the method's two primary tests: 0.03 · 2 = 0.06 is not below 0.05, 0.02 is
@@ -99,16 +104,19 @@ def test_a_methods_verdict_does_not_depend_on_the_other_methods_of_the_command()
 
 def test_exact_is_claimed_only_with_every_condition_met():
     """Over a grid of rows, "exact within ε" appears only when t was learned, the attack is
-    calibrated and powered, neither primary test rejects after Holm, and the bound is below
-    ε; a method that unlearns nothing (its leak test rejects) is never reported exact."""
+    calibrated and powered, neither primary test rejects after Holm, no instrument rejects
+    at raw 0.05, and the bound is below ε; a method that unlearns nothing (its leak test
+    rejects) is never reported exact."""
     grid = itertools.product((1e-4, 0.02, 0.04, 0.5), (1e-4, 0.5), (1e-4, 0.5),
-                             (0.01, 0.049, 0.05, 0.2), (True, False, None), (0, 1))
-    for leak, auc, control, bound, powered, failed in grid:
-        r = row(leak_auc=leak, auc=auc, control_auc=control, bound=bound, not_learned=failed)
+                             (0.01, 0.049, 0.05, 0.2), (True, False, None), (0, 1),
+                             (0.01, 0.5))
+    for leak, auc, control, bound, powered, failed, canary in grid:
+        r = row(leak_auc=leak, auc=auc, control_auc=control, bound=bound, not_learned=failed,
+                canary_auc=canary)
         line = judge(r, powered=powered)
         rejects = 2 * min(leak, auc) < 0.05        # Holm's first step over the two
         expected = (not failed and 2 * control >= 0.05 and powered is True and not rejects
-                    and bound < 0.05)
+                    and bound < 0.05 and canary >= 0.05)
         assert ("exact within ε = 0.05 (" in line) == expected, (r, powered, line)
         if 2 * leak < 0.05 and not failed and powered and 2 * control >= 0.05:
             assert "exact: NOT supported" in line
