@@ -73,10 +73,14 @@ class AuditPlan:
         return self.leak_test, self.distinguish_test
 
 
+#: Subnetworks in one network (WSN, PackNet, HAT, ...): PALL's positive control, no leaky
+#: variants of their own.
 SUBNETWORKS = AuditPlan("subnetworks in one network", AUDIT_CONTROL)
 #: PALL and its variants: subnetworks, with the leaky PALL variants (their channels).
 PALL_SUBNETWORKS = AuditPlan(SUBNETWORKS.kind, AUDIT_CONTROL, AUDIT_LEAKS)
+#: A model per task (Independent, CLPU-DER++'s side networks).
 PER_TASK_MODELS = AuditPlan("a model per task", AUDIT_PER_TASK_CONTROL, AUDIT_PER_TASK_LEAKS)
+#: One dense network (Sequential, EWC, DER++, ..., and any method without a plan).
 DENSE = AuditPlan("one dense network", "sequential", AUDIT_DENSE_LEAKS)
 
 #: The declared plans; a method without one is judged as :data:`DENSE`.

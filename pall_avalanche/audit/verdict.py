@@ -2,9 +2,10 @@
 
 Every method is judged by its own plan (:mod:`~pall_avalanche.audit.plans`): one primary leak
 test and one primary distinguishability test, Holm-corrected together (:func:`family_p_values`),
-and a positive control of its kind of model. Nothing else enters its verdict, so the verdict
-is the same whichever other methods one command audits. The other tests are instruments,
-printed with their raw p-values.
+and a positive control of its kind of model. No test of another method enters its verdict,
+so the verdict is the same whichever other methods one command audits. The method's other
+tests are instruments, printed with their raw p-values: they never make a verdict, but one
+rejecting stops an exact claim (below).
 
 A verdict needs three things before it judges anything:
 
@@ -44,8 +45,11 @@ __all__ = ["ALPHA", "CONTROL_TESTS", "DISTINGUISHABLE", "EQUIVALENCE_MARGIN", "L
            "NO_LEAK", "SIMULTANEOUS_LEVEL", "family_p_values", "instruments", "rejected",
            "verdict"]
 
+#: The verdict when the primary leak test rejects.
 LEAKS = "leaks D^t"
+#: The verdict when only the primary distinguishability test rejects.
 DISTINGUISHABLE = "distinguishable from never-learned"
+#: The verdict when neither primary test rejects.
 NO_LEAK = "no leak found"
 #: Family-wise error rate of a method's primary tests.
 ALPHA = 0.05
@@ -62,8 +66,8 @@ CONTROL_TESTS = ("control_auc", "control_inout_auc")
 
 
 def instruments(method: str) -> tuple[str, ...]:
-    """``method``'s tests outside its family: printed with their raw p-values, never a
-    verdict."""
+    """``method``'s tests outside its family: printed with their raw p-values; they never
+    make a verdict, but one rejecting stops an exact claim."""
     family = plan_for(method).family
     return tuple(t for t in TEST_NAMES if t not in family)
 

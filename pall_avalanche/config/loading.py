@@ -223,6 +223,10 @@ def check_run_config(config: Mapping[str, Any], method: str,
         if unset[0] != unset[1]:
             raise ValueError(f"{pair[0]} and {pair[1]} go together: set both ({run} of the "
                              "exactness audit) or neither")
+    if resolved.get("shadow_task") is not None and resolved.get("canary_task") is not None:
+        raise ValueError(f"shadow_task={resolved['shadow_task']} and canary_task="
+                         f"{resolved['canary_task']}: a run of the exactness audit is a shadow "
+                         "run or a canary run, not both; set one pair")
     n_tasks, n_unlearn = resolved["n_tasks"], resolved["n_unlearn"]
     if n_unlearn > n_tasks:
         raise ValueError(f"n_unlearn={n_unlearn} is invalid for {method!r}: at most n_tasks="

@@ -50,9 +50,9 @@ class TaskSplit:
 
     def to_dict(self) -> dict:
         """The split as plain data, as a record's ``split`` stores it."""
-        shadow = {} if self.shadow is None else {"shadow": dict(self.shadow)}
-        if self.canaries is not None:
-            shadow["canaries"] = dict(self.canaries)
+        audit = {key: dict(value) for key, value in (("shadow", self.shadow),
+                                                      ("canaries", self.canaries))
+                 if value is not None}
         return {
             "name": self.name,
             "n_tasks": self.n_tasks,
@@ -62,7 +62,7 @@ class TaskSplit:
             "train_sizes": list(self.train_sizes),
             "test_sizes": list(self.test_sizes),
             "train_per_task": self.train_per_task,
-            **shadow,
+            **audit,
         }
 
 

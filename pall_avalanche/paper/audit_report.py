@@ -76,20 +76,21 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
         f"against its control and Eq. 1 (all heads), Holm-corrected together (family-wise "
         f"{ALPHA:g}, {FAMILY_SIZE} tests), so its verdict is the same whichever other methods "
         "the command audits; the task-level attack, the per-example maximum, Eq. 1 on t's "
-        "head, unpaired Eq. 1 and KLoM are instruments, printed with their raw p-values and "
-        "never a verdict; the data-swap pair and provenance are white-box evidence beside "
-        "them. 'leaks D^t' and 'distinguishable from never-learned' name the test that "
-        "rejected; the second says the model differs from one that never learned t, not that "
-        "the difference is D^t.",
+        "head, unpaired Eq. 1, KLoM and the canary test are instruments, printed with their "
+        "raw p-values; they never make a verdict, but one rejecting stops an exact claim; the "
+        "data-swap pair and provenance are white-box evidence beside them. 'leaks D^t' and "
+        "'distinguishable from never-learned' name the test that rejected; the second says the "
+        "model differs from one that never learned t, not that the difference is D^t.",
         f"Power: per kind of model, its positive control (unlearning that changes nothing) "
         f"detected by its own per-example attack at family-wise {ALPHA:g}; a method whose "
         f"control is not detected is 'no power' — {power}.",
         f"Exact within ε: for a method registered exact, the per-example gap's simultaneous "
         f"upper bound (one-sided {SIMULTANEOUS_LEVEL:.1%}, so that both primary tests' bounds "
         f"hold together at {1 - ALPHA:.0%}) below ε = {EQUIVALENCE_MARGIN:g} AUC (half the "
-        "smallest keep-everything gap the previous edition measured, Sequential's +0.091); "
-        "'not shown' when it is not, 'NOT supported' when a primary test rejects. TPR at a low "
-        "FPR is not part of the claim: t has too few examples to measure it (below).",
+        "smallest keep-everything gap the previous edition measured, Sequential's +0.091), "
+        f"and no instrument rejecting at raw {ALPHA:g} (the canary test, which measures TPR at "
+        "0.1 % FPR, among them); 'not shown' when either fails (the instrument named), 'NOT "
+        "supported' when a primary test rejects.",
         channels,
         resolution + ".",
         f"Tests: permutation p-values ({n_permutations:,} permutations per test, the whole fit "
@@ -113,6 +114,15 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
         "it, else n/a. Per-example maximum: per target example, the AUC of its scores in the "
         "runs where it was IN against those where it was OUT; the largest over the examples, "
         "minus the control's, under the same permutations.",
+        "Canary test (one-run auditing): per method, one run of R per canary seed, each with "
+        "its own class split and initialisation and its canaries — training inputs of t with "
+        "their entries in a random order and a random label of t's classes — each added to "
+        "t's training set with probability 1/2; each canary's score is the logit-scaled "
+        "confidence of its label under t's head, read at the same times as the shadow runs "
+        "(the worse); AUC and TPR at 1 % and 0.1 % FPR of the included canaries against the "
+        "left-out ones, pooled over the runs. Which canaries trained is random, so after an "
+        "exact unlearning both kinds are exchangeable: the null permutes the inclusions "
+        "within each run (exact, no oracle runs needed).",
         "Eq. 1: a ridge classifier (standardised summary features of the model's outputs on "
         "t's training inputs, all heads / t's head only) tells unlearned from never-learned, "
         "cross-validated with each seed's pair in one fold; its null swaps the pair's labels "

@@ -69,6 +69,9 @@ def test_canary_runs_refuse_bad_settings_naming_the_key():
         with_canaries(build_benchmark("digits", seed=0, n_tasks=5), 5, 10, seed=0)
     with pytest.raises(ValueError, match=r"canary_task and canaries go together"):
         check_run_config(CONFIG, "pall", [("canary_task", 1)])
+    with pytest.raises(ValueError, match=r"a shadow run or a canary run, not both"):
+        check_run_config(CONFIG, "pall", [("canary_task", 1), ("canaries", 10),
+                                          ("shadow_task", 1), ("shadow_seed", 0)])
     with pytest.raises(ValueError, match=r"canary_task=7 is invalid: the tasks are 0\.\.4"):
         check_run_config(CONFIG, "pall", [("canary_task", 7), ("canaries", 10)])
 
