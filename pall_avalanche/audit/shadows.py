@@ -62,7 +62,7 @@ from pall_avalanche.runs.spec import RunSpec, plan
 from pall_avalanche.runs.wandb_logging import default_group
 
 __all__ = ["END", "SHADOW_TRAIN_SEED_OFFSET", "ShadowProbe", "attack", "attack_rows",
-           "probe_times", "run_shadows", "shadow_specs", "sharing_oracles"]
+           "probe_times", "run_shadows", "shadow_specs", "sharing_oracles", "spread_gaps"]
 
 #: Shadow run i trains with training seed ``seed + SHADOW_TRAIN_SEED_OFFSET + i`` (its own
 #: records, apart from the oracle comparison's).
@@ -136,16 +136,25 @@ def _targets(record: Mapping[str, Any], time: str) -> Mapping[str, Any]:
 def _attack_inputs(records: Sequence[Mapping[str, Any]], heads: Sequence[int],
                    time: str = END) -> tuple[np.ndarray, np.ndarray]:
     """(features (runs, examples, heads), membership (runs, examples)) of one method's runs at
-    ``time``."""
-    first = records[0]
-    cpt = first["split"]["classes_per_task"]
-    y = np.asarray(first["probe"]["targets"]["y"])
-    features = np.stack([confidence_features(np.asarray(_targets(r, time)["logits"]), y,
-                                             heads, cpt) for r in records])
-    member = np.zeros(features.shape[:2], dtype=bool)
-    for i, record in enumerate(records):
-        member[i, record["probe"]["members"]] = True
-    return features, member
+    ``time``. Runs of several seeds (each its own class split, so its own target examples)
+    stand side by side: the examples of every seed, the i-th run of each seed in row i (as
+    many runs per seed), so that every example is fitted on its own seed's runs only."""
+    by_seed: dict[int, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_seed.setdefault(record["seed"], []).append(record)
+    if len({len(runs) for runs in by_seed.values()}) > 1:
+        raise ValueError("shadow runs of several seeds need as many runs at every seed, got "
+                         + ", ".join(f"{len(v)} at seed {s}" for s, v in by_seed.items()))
+    features, member = [], []
+    for runs in by_seed.values():
+        cpt = runs[0]["split"]["classes_per_task"]
+        y = np.asarray(runs[0]["probe"]["targets"]["y"])
+        features.append(np.stack([confidence_features(np.asarray(_targets(r, time)["logits"]),
+                                                      y, heads, cpt) for r in runs]))
+        member.append(np.zeros(features[-1].shape[:2], dtype=bool))
+        for i, record in enumerate(runs):
+            member[-1][i, record["probe"]["members"]] = True
+    return np.concatenate(features, axis=1), np.concatenate(member, axis=1)
 
 
 def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
@@ -292,4 +301,35 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
         out[method] = row
         if done is not None:
             done(method)
+    return out
+
+
+def spread_gaps(runs: Mapping[int, Mapping[str, Sequence[dict]]], method: str, *,
+                n_permutations: int = N_PERMUTATIONS) -> list[dict[str, Any]]:
+    """``method``'s per-example gap to its control with its shadow runs spread over the k
+    seeds of ``runs`` (seed → :func:`run_shadows`' records by role, each seed its own class
+    split and initialisation) at the cost of one seed's: every seed's n paired runs (by shadow
+    seed) cut into k disjoint draws of ⌊n / k⌋, draw j taking the j-th of every seed, so a
+    draw holds about n runs over the k seeds and the attack is fitted within each seed
+    (:func:`_attack_inputs`). Per draw: ``draw``, ``runs``, ``leak_auc`` (the worse time, as
+    :func:`attack_rows`') and ``leak_auc_p``."""
+    paired = {}
+    for seed, roles in runs.items():
+        mine = {role: {r["config"]["shadow_seed"]: r for r in roles[role] if r["method"] == method}
+                for role in ("unlearned", "oracle")}
+        paired[seed] = (mine, sorted(set(mine["unlearned"]) & set(mine["oracle"])))
+    size = min(len(shadow_seeds) for _, shadow_seeds in paired.values()) // len(runs)
+    out = []
+    for draw in range(len(runs) if size >= 4 else 0):     # 4: the attack's fewest runs
+        records = {role: [mine[role][i] for mine, shadow_seeds in paired.values()
+                          for i in shadow_seeds[draw * size:(draw + 1) * size]]
+                   for role in ("unlearned", "oracle")}
+        found = {time: {role: attack(records[role],
+                                     attacked_heads(records["unlearned"][0], time),
+                                     n_permutations=n_permutations, time=time)
+                        for role in records}
+                 for time in _times(records)}
+        gap = _worst_time("auc", found)
+        out.append({"draw": draw, "runs": len(records["unlearned"]),
+                    "leak_auc": gap["leak_auc"], "leak_auc_p": gap["leak_auc_p"]})
     return out

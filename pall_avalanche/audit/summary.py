@@ -7,14 +7,17 @@ leaks in effect units, and one verdict per method (:mod:`~pall_avalanche.audit.v
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing import get_context
 from typing import Any
 
 from pall_avalanche.audit.canaries import canary_rows
 from pall_avalanche.audit.oracle import audit_rows
 from pall_avalanche.audit.permutation import N_PERMUTATIONS
 from pall_avalanche.audit.plans import plan_for
-from pall_avalanche.audit.shadows import attack_rows
+from pall_avalanche.audit.shadows import attack_rows, spread_gaps
 from pall_avalanche.audit.swapped import swap_rows
 from pall_avalanche.audit.verdict import ALPHA, family_p_values, verdict
 from pall_avalanche.catalog import METHOD_INFO, method_label
@@ -89,6 +92,50 @@ def replication_rows(replicated: Mapping[int, Mapping[str, Sequence[dict]]],
     return out
 
 
+def spread_rows(runs: Mapping[int, Mapping[str, Sequence[dict]]], methods: Sequence[str], *,
+                n_permutations: int, jobs: int = 1) -> dict[str, dict[str, Any]]:
+    """Per method with shadow runs at every seed of ``runs`` (seed → records by role: the
+    audit's seed and its replications), the shadow experiment spread over those seeds at the
+    cost of one seed's (:func:`~pall_avalanche.audit.shadows.spread_gaps`, its draws as
+    ``jobs`` processes allow): ``spread_draws``, ``spread_runs`` (runs per draw),
+    ``leak_auc_spread_mean`` / ``_min`` / ``_max``, ``spread_detected`` (draws whose leak
+    test alone is below ALPHA / FAMILY_SIZE, as a replication's) and
+    ``leak_auc_spread_by_draw``. A design measurement: never part of a verdict."""
+    mine = [m for m in methods
+            if all(any(r["method"] == m for r in roles["unlearned"]) for roles in runs.values())]
+    if len(runs) < 2 or not mine:
+        return {}
+    if jobs > 1:
+        with ProcessPoolExecutor(min(jobs, len(mine)), mp_context=get_context("spawn")) as pool:
+            found = dict(zip(mine, pool.map(partial(_spread_gaps, runs,
+                                                    n_permutations=n_permutations), mine),
+                             strict=True))
+    else:
+        found = {m: _spread_gaps(runs, m, n_permutations=n_permutations) for m in mine}
+    out = {}
+    for method, draws in found.items():
+        if not draws:
+            continue
+        gaps = [d["leak_auc"] for d in draws]
+        out[method] = {
+            "spread_draws": len(draws), "spread_runs": draws[0]["runs"],
+            "leak_auc_spread_mean": float(sum(gaps) / len(gaps)),
+            "leak_auc_spread_min": min(gaps), "leak_auc_spread_max": max(gaps),
+            "spread_detected": sum(d["leak_auc_p"] < ALPHA / FAMILY_SIZE for d in draws),
+            "leak_auc_spread_by_draw": "; ".join(f"{d['draw']}: {d['leak_auc']:+.3f}"
+                                                 for d in draws)}
+    return out
+
+
+def _spread_gaps(runs: Mapping[int, Mapping[str, Sequence[dict]]], method: str, *,
+                 n_permutations: int) -> list[dict[str, Any]]:
+    """:func:`~pall_avalanche.audit.shadows.spread_gaps` of ``method`` on its own records
+    (what a worker process receives)."""
+    return spread_gaps({seed: {role: [r for r in records if r["method"] == method]
+                               for role, records in roles.items()}
+                        for seed, roles in runs.items()}, method, n_permutations=n_permutations)
+
+
 def _spread(replications: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A row's figures over its replications (the audit's own seed first): ``replications``,
     ``leak_auc_rep_mean`` / ``_min`` / ``_max``, ``detected_replications`` and
@@ -119,7 +166,8 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
     :param replicated: the leaky variants' and controls' shadow runs at further seeds
         (:func:`replication_rows`, with ``replication_permutations`` per test): the spread of
         their gaps over the replications, the audit's own seed included (:func:`_spread`'s
-        keys in their rows), never part of a verdict.
+        keys in their rows), and the same runs drawn as a shadow experiment spread over the
+        seeds at one seed's cost (:func:`spread_rows`' keys), never part of a verdict.
     :param methods: the methods, in row order (the positive controls their plans name among
         them, or those methods are "no power").
     :param done: called as each method's tests end, twice per method (``"<method>:
@@ -137,6 +185,9 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
     tested = canary_rows(canaries, methods, n_permutations=n_permutations)
     again = replication_rows(replicated or {}, methods, n_permutations=replication_permutations,
                              jobs=jobs)
+    spread = spread_rows({shadow_runs["unlearned"][0]["seed"]: shadow_runs, **(replicated or {})}
+                         if replicated else {}, methods,
+                         n_permutations=replication_permutations, jobs=jobs)
     rows = [{**row, **attacks[row["method"]], **pairs.get(row["method"], {}),
              **tested[row["method"]]}
             for row in audit_rows(runs, methods, n_permutations=n_permutations,
@@ -150,6 +201,7 @@ def summarise(runs: Mapping[str, Sequence[dict]], shadow_runs: Mapping[str, Sequ
             first = {"seed": shadow_runs["unlearned"][0]["seed"], "leak_auc": row["leak_auc"],
                      "detected": _detected(row)}
             row.update(_spread([first, *again[row["method"]]]))
+        row.update(spread.get(row["method"], {}))
     by_method = {row["method"]: row for row in rows}
     powered: dict[str, bool | None] = {}
     for method in methods:

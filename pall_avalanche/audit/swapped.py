@@ -93,7 +93,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> Counter:
     shape or type differs, or that only one state has: all its entries; a non-tensor leaf:
     one entry)."""
     out: Counter = Counter()
-    for path in set(a) | set(b):
+    for path in sorted(set(a) | set(b)):
         x, y = a.get(path), b.get(path)
         arrays = isinstance(x, np.ndarray), isinstance(y, np.ndarray)
         if all(arrays) and x.shape == y.shape and x.dtype == y.dtype:
@@ -112,7 +112,7 @@ def swap_rows(records: Sequence[Mapping[str, Any]], methods: Sequence[str]
               ) -> dict[str, dict[str, Any]]:
     """Per method with both runs of its pair: ``swap_entries`` (how many entries of the state
     differ after t's unlearning request; 0: identical bit for bit) and ``swap_channels``
-    (channel → entries, largest first)."""
+    (channel → entries, largest first, ties by name)."""
     out = {}
     for method in methods:
         states = {r["config"]["shadow_seed"]: r["probe"]["state"] for r in records
@@ -120,5 +120,6 @@ def swap_rows(records: Sequence[Mapping[str, Any]], methods: Sequence[str]
         if set(SWAP_HALVES) <= set(states):
             found = _differences(*(decode_state(states[h]) for h in SWAP_HALVES))
             out[method] = {"swap_entries": sum(found.values()),
-                           "swap_channels": dict(found.most_common())}
+                           "swap_channels": dict(sorted(found.items(),
+                                                        key=lambda kv: (-kv[1], kv[0])))}
     return out

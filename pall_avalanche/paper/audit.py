@@ -1,6 +1,6 @@
 """Exactness audit: could an adversary tell that task t was learned and then unlearned?
 
-    python benchmarks/audit.py --jobs 2                 # the powered setting (73 min, 2 cores)
+    python benchmarks/audit.py --jobs 2                 # the powered setting (76 min, 2 cores)
     python benchmarks/audit.py --quick                  # plain digits, a first look in minutes
     python benchmarks/audit.py --seeds 0 1 2 3 --shadows 32 --methods pall,independent
     python benchmarks/audit.py --requests seq.json      # another audited sequence

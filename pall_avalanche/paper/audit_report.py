@@ -65,6 +65,21 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
            + "." if any(not plan_for(m).leaks for m in rows) else "")
     ) if by_kind else ("Leaks of known size: none run; the smallest detected leak is not "
                        "measured.")
+    drawn = [r for r in summary.rows if r.get("spread_draws") and r.get("replications")]
+    design = ("Shadow runs over several seeds, measured (never a verdict): the runs of the "
+              "positive controls and leaky variants at the replications' seeds drawn as "
+              f"{drawn[0]['spread_draws']} disjoint experiments of {drawn[0]['spread_runs']} "
+              "runs each, as many at every seed (the cost of one seed's; every example fitted "
+              "on its own seed's runs), against one seed's experiment: mean gap (detected) — "
+              + "; ".join(f"{method_label(r['method'])}: one seed "
+                          f"{r['leak_auc_rep_mean']:+.3f} ({r['detected_replications']}/"
+                          f"{r['replications']}), spread {r['leak_auc_spread_mean']:+.3f} "
+                          f"({r['spread_detected']}/{r['spread_draws']})" for r in drawn)
+              + f". In all: detected in {sum(r['detected_replications'] for r in drawn)} of "
+              f"{sum(r['replications'] for r in drawn)} one-seed experiments, "
+              f"{sum(r['spread_detected'] for r in drawn)} of "
+              f"{sum(r['spread_draws'] for r in drawn)} spread ones; the verdicts keep one "
+              "seed's shadow runs." if drawn else None)
     resolution = (f"Resolution: the smallest adjusted p-value a primary test can reach is "
                   f"{summary.smallest_p:.3g}, Eq. 1's {summary.smallest_eq1_p:.3g} with "
                   f"{summary.n_seeds} seeds")
@@ -92,6 +107,7 @@ def notes(summary, reference_seed_offset: int, n_permutations: int) -> tuple[str
         "0.1 % FPR, among them); 'not shown' when either fails (the instrument named), 'NOT "
         "supported' when a primary test rejects.",
         channels,
+        *((design,) if design else ()),
         resolution + ".",
         f"Tests: permutation p-values ({n_permutations:,} permutations per test, the whole fit "
         "redone per permutation). 'p' of a primary test is adjusted within the method's "

@@ -4,6 +4,8 @@ request."""
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 from helpers import FAST_CONFIG, seq
@@ -56,3 +58,22 @@ def test_channels_by_path():
         "buffer stored logits"
     assert channel("strategy/ledger.events/0") == "retraining ledger"
     assert channel("strategy/active_tasks") == "strategy active_tasks"
+
+
+def test_channels_of_equal_counts_are_listed_by_name_whatever_the_hash_order():
+    """Two channels that differ in as many entries (LSF's weights and its LwF plugin's copy
+    of them) come in one order: by count, then by name."""
+    def state(offset: float) -> dict:
+        encoded = {"dtype": "float32", "shape": [3]}
+        return {path: {**encoded, "bytes": base64.b64encode(
+                    (np.arange(3, dtype=np.float32) + offset).tobytes()).decode("ascii")}
+                for path in ("model/net.fc.weight", "plugins/x.TaskLwFPlugin/lwf.prev_model/0",
+                             "strategy/codes/0")}
+    first, second = state(0.0), state(1.0)
+    second["strategy/codes/0"] = first["strategy/codes/0"]
+    records = [{"method": "m", "config": {"shadow_seed": half}, "probe": {"state": s}}
+               for half, s in zip(SWAP_HALVES, (first, second), strict=True)]
+    found = swap_rows(records, ["m"])["m"]
+    assert found["swap_entries"] == 6
+    assert list(found["swap_channels"].items()) == [
+        ("plugin TaskLwFPlugin: lwf.prev_model", 3), ("weights", 3)]
