@@ -105,35 +105,29 @@ def spread_rows(runs: Mapping[int, Mapping[str, Sequence[dict]]], methods: Seque
             if all(any(r["method"] == m for r in roles["unlearned"]) for roles in runs.values())]
     if len(runs) < 2 or not mine:
         return {}
+    # each method's own records (what a worker process receives)
+    own = [{seed: {role: [r for r in records if r["method"] == m]
+                   for role, records in roles.items()} for seed, roles in runs.items()}
+           for m in mine]
+    gaps = partial(spread_gaps, n_permutations=n_permutations)
     if jobs > 1:
         with ProcessPoolExecutor(min(jobs, len(mine)), mp_context=get_context("spawn")) as pool:
-            found = dict(zip(mine, pool.map(partial(_spread_gaps, runs,
-                                                    n_permutations=n_permutations), mine),
-                             strict=True))
+            found = dict(zip(mine, pool.map(gaps, own, mine), strict=True))
     else:
-        found = {m: _spread_gaps(runs, m, n_permutations=n_permutations) for m in mine}
+        found = dict(zip(mine, map(gaps, own, mine), strict=True))
     out = {}
     for method, draws in found.items():
         if not draws:
             continue
-        gaps = [d["leak_auc"] for d in draws]
+        values = [d["leak_auc"] for d in draws]
         out[method] = {
             "spread_draws": len(draws), "spread_runs": draws[0]["runs"],
-            "leak_auc_spread_mean": float(sum(gaps) / len(gaps)),
-            "leak_auc_spread_min": min(gaps), "leak_auc_spread_max": max(gaps),
+            "leak_auc_spread_mean": float(sum(values) / len(values)),
+            "leak_auc_spread_min": min(values), "leak_auc_spread_max": max(values),
             "spread_detected": sum(d["leak_auc_p"] < ALPHA / FAMILY_SIZE for d in draws),
             "leak_auc_spread_by_draw": "; ".join(f"{d['draw']}: {d['leak_auc']:+.3f}"
                                                  for d in draws)}
     return out
-
-
-def _spread_gaps(runs: Mapping[int, Mapping[str, Sequence[dict]]], method: str, *,
-                 n_permutations: int) -> list[dict[str, Any]]:
-    """:func:`~pall_avalanche.audit.shadows.spread_gaps` of ``method`` on its own records
-    (what a worker process receives)."""
-    return spread_gaps({seed: {role: [r for r in records if r["method"] == method]
-                               for role, records in roles.items()}
-                        for seed, roles in runs.items()}, method, n_permutations=n_permutations)
 
 
 def _spread(replications: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
