@@ -162,8 +162,8 @@ def main(argv=None) -> None:
                          "seed per replication, among --seeds)")
     if args.canaries == 1 or args.canaries < 0:
         raise ValueError(f"--canaries {args.canaries}: use 0 (no canary runs) or at least 2")
-    n_canary = args.canary_seeds or min(len(seeds), QUICK["canary_seeds"] if args.quick
-                                        else DEFAULT_CANARY_SEEDS)
+    n_canary = (args.canary_seeds if args.canary_seeds is not None
+                else min(len(seeds), QUICK["canary_seeds"] if args.quick else DEFAULT_CANARY_SEEDS))
     if args.canaries and not 2 <= n_canary <= len(seeds):
         raise ValueError(f"--canary-seeds {n_canary}: must lie in 2..{len(seeds)} (one canary "
                          "run per seed, among --seeds), or no canary runs: --canaries 0")

@@ -314,7 +314,8 @@ def test_audit_script_refuses_what_its_evidence_cannot_carry_before_it_trains(tm
                          (["--replications", "0"], r"--replications 0: must lie in 1\.\.2"),
                          (["--canaries", "1"], r"--canaries 1: use 0 \(no canary runs\) or at "
                                                r"least 2"),
-                         (["--canary-seeds", "3"], r"--canary-seeds 3: must lie in 2\.\.2")):
+                         (["--canary-seeds", "3"], r"--canary-seeds 3: must lie in 2\.\.2"),
+                         (["--canary-seeds", "0"], r"--canary-seeds 0: must lie in 2\.\.2")):
         with pytest.raises(ValueError, match=message):
             script.main([*argv, *bad])
     assert not list(tmp_path.rglob("*.json"))          # nothing ran
@@ -385,3 +386,4 @@ def test_audit_script_end_to_end(tmp_path, capsys):
         gaps = [row["leak_auc"], float(second[3:])]
         assert row["leak_auc_rep_min"] == pytest.approx(min(gaps), abs=5e-4)
     assert np.isnan(numbers.loc["independent", "replications"])
+
