@@ -34,9 +34,10 @@ import numpy as np
 from scipy.stats import rankdata
 
 from pall_avalanche.audit.attacks import attack_summary, logit_confidence
-from pall_avalanche.audit.oracle import END, oracle_sequence, probe_times
+from pall_avalanche.audit.oracle import oracle_sequence, probe_times
 from pall_avalanche.audit.permutation import CHUNK, N_PERMUTATIONS, p_value, worst_over_times
 from pall_avalanche.audit.probes import CanaryProbe
+from pall_avalanche.audit.shadows import _targets, _times
 from pall_avalanche.requests import RequestSequence
 from pall_avalanche.runs.batch import run_specs
 from pall_avalanche.runs.spec import RunSpec, plan
@@ -78,8 +79,7 @@ def _scores(records: Sequence[Mapping[str, Any]], time: str) -> np.ndarray:
     out = []
     for record in records:
         probe = record["probe"]
-        logits = probe["targets"] if time == END else probe["targets_at"][time]
-        out.append(logit_confidence(np.asarray(logits["logits"]),
+        out.append(logit_confidence(np.asarray(_targets(record, time)["logits"]),
                                     np.asarray(probe["targets"]["y"]), probe["task"],
                                     record["split"]["classes_per_task"]))
     return np.stack(out)
@@ -140,8 +140,7 @@ def canary_test(records: Sequence[Mapping[str, Any]], *,
     member = np.zeros((len(records), count), dtype=bool)
     for i, record in enumerate(records):
         member[i, record["probe"]["members"]] = True
-    timed = [set(r["probe"]["targets_at"]) for r in records]
-    scores = {time: _scores(records, time) for time in [END, *sorted(set.intersection(*timed))]}
+    scores = {time: _scores(records, time) for time in _times({"unlearned": records})}
     null = _null(scores, member, n_permutations, seed)
     found = {time: attack_summary(s, member, fprs=CANARY_FPRS) for time, s in scores.items()}
     out = worst_over_times("canary_auc", {time: (found[time]["auc"], null[time]["auc"])

@@ -189,7 +189,7 @@ def attack(records: Sequence[Mapping[str, Any]], heads: Sequence[int], *,
 
 
 def _times(records: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
-    """The times every run of both roles was probed at: :data:`END` first."""
+    """The times every run of every role was probed at: :data:`END` first."""
     timed = [set(r["probe"].get("targets_at", {})) for role in records.values() for r in role]
     return [END, *sorted(set.intersection(*timed))]
 
@@ -212,6 +212,16 @@ def _worst_time(name: str, found: Mapping[str, Mapping[str, Mapping[str, Any]]]
     out[f"leak_{name}_upper"] = upper_bound(*gaps[out[f"leak_{name}_time"]], 0.0)
     out[f"leak_{name}_bound"] = max(upper_bound(d, n, 0.0, level) for d, n in gaps.values())
     return out
+
+
+def _by_shadow_seed(runs: Mapping[str, Sequence[dict]], method: str
+                    ) -> tuple[dict[str, dict[int, dict]], list[int]]:
+    """``method``'s runs of both roles by shadow seed, and the shadow seeds both roles have,
+    in order: the runs paired (a diverged run drops its pair), so that the attacks of both
+    roles see the same memberships and the same permutations of them."""
+    mine = {role: {r["config"]["shadow_seed"]: r for r in runs[role] if r["method"] == method}
+            for role in ("unlearned", "oracle")}
+    return mine, sorted(set(mine["unlearned"]) & set(mine["oracle"]))
 
 
 def sharing_oracles(runs: Mapping[str, Sequence[dict]], methods: Sequence[str]
@@ -267,13 +277,9 @@ def attack_rows(runs: Mapping[str, Sequence[dict]], methods: Sequence[str], *,
     out = {}
     known: dict[bytes, dict[str, Any]] = {}     # the attacks done, by their inputs
     for method in methods:
-        mine = {role: {r["config"]["shadow_seed"]: r for r in runs[role] if r["method"] == method}
-                for role in ("unlearned", "oracle")}
+        mine, pairs = _by_shadow_seed(runs, method)
         row: dict[str, Any] = {"shadow_runs": len(mine["unlearned"]),
                                "shadow_not_learned": not_learned(mine["unlearned"].values())}
-        # the runs of both roles paired by shadow seed (a diverged run drops its pair), so that
-        # both attacks see the same memberships and the same permutations of them
-        pairs = sorted(set(mine["unlearned"]) & set(mine["oracle"]))
         records = {role: [mine[role][i] for i in pairs] for role in mine}
         if len(pairs) >= 4:
             found = {time: {role: attack(records[role],
@@ -313,11 +319,7 @@ def spread_gaps(runs: Mapping[int, Mapping[str, Sequence[dict]]], method: str, *
     draw holds about n runs over the k seeds and the attack is fitted within each seed
     (:func:`_attack_inputs`). Per draw: ``draw``, ``runs``, ``leak_auc`` (the worse time, as
     :func:`attack_rows`') and ``leak_auc_p``."""
-    paired = {}
-    for seed, roles in runs.items():
-        mine = {role: {r["config"]["shadow_seed"]: r for r in roles[role] if r["method"] == method}
-                for role in ("unlearned", "oracle")}
-        paired[seed] = (mine, sorted(set(mine["unlearned"]) & set(mine["oracle"])))
+    paired = {seed: _by_shadow_seed(roles, method) for seed, roles in runs.items()}
     size = min(len(shadow_seeds) for _, shadow_seeds in paired.values()) // len(runs)
     out = []
     for draw in range(len(runs) if size >= 4 else 0):     # 4: the attack's fewest runs
